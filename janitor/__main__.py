@@ -1,0 +1,5 @@
+"""``python -m janitor`` runs the CLI."""
+
+from janitor.cli import main
+
+main()

@@ -1,0 +1,396 @@
+"""The `janitor` command: parses, calls the library, prints. No logic of its own lives here.
+
+Exit codes: 0 ok; 1 ran and found a problem; 2 bad input or configuration; 75 refused or stopped
+for lack of space (EX_TEMPFAIL). Messages go to stderr; data (ids, tables, JSON) to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+
+from janitor.errors import EXIT_PROBLEM, EXIT_TEMPFAIL, JanitorError
+
+if TYPE_CHECKING:
+    from janitor.core import Janitor
+    from janitor.status import Status
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="janitor",
+    help="Keep caches within quotas, temp trees clean, and reserve disk space before writing.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+policy_app = typer.Typer(help="Show or validate policy files.", no_args_is_help=True)
+app.add_typer(policy_app, name="policy")
+
+
+class _Global:
+    config: Path | None = None
+    policy: Path | None = None
+
+
+_G = _Global()
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (shape in the README).")]
+
+
+def _say(message: str) -> None:
+    print(f"janitor: {message}", file=sys.stderr)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    _say(f"error: {message}")
+    raise typer.Exit(code)
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def _janitor() -> Janitor:
+    from janitor.core import Janitor
+
+    return Janitor.from_settings(config=_G.config, policy=_G.policy)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from janitor import __version__
+
+        print(f"space-janitor {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Config file (default: config.toml in the config dir).",
+            envvar="JANITOR_CONFIG",
+            show_envvar=True,
+        ),
+    ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy",
+            help="Policy file (default: the shipped batchalign3 policy).",
+            envvar="JANITOR_POLICY",
+            show_envvar=True,
+        ),
+    ] = None,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")
+    ] = False,
+) -> None:
+    _G.config = config
+    _G.policy = policy
+
+
+# -- reservations ----------------------------------------------------------------------------
+
+
+@app.command()
+def reserve(
+    tree: Annotated[str, typer.Argument(help="Tree whose volume the bytes are written to.")],
+    size: Annotated[str, typer.Argument(help="Bytes to reserve: 500M, 2G, 1.5GiB, 2048.")],
+    path: Annotated[
+        Path | None, typer.Option(help="File or folder the bytes go to (inside the tree).")
+    ] = None,
+    job: Annotated[str | None, typer.Option(help="Job label shown in status and logs.")] = None,
+    ttl: Annotated[
+        str | None, typer.Option(help="Lifetime before it lapses: 30m, 2h (default 1h).")
+    ] = None,
+    wait: Annotated[str | None, typer.Option(help="Retry this long (2m) before refusing.")] = None,
+    owner_pid: Annotated[
+        int | None,
+        typer.Option(help="Process whose exit ends it (default: the one that ran janitor)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Reserve SIZE bytes on TREE's volume; prints the reservation id (exit 75 if refused)."""
+    from janitor.errors import ReservationRefused
+    from janitor.sizes import format_duration, format_size
+
+    jan = _janitor()
+    try:
+        r = jan.reserve(
+            tree,
+            size,
+            path=path,
+            job=job,
+            ttl=ttl,
+            wait=wait,
+            owner_pid=os.getppid() if owner_pid is None else owner_pid,
+        )
+    except ReservationRefused as exc:
+        if as_json:
+            _print_json(exc.as_dict())
+        _fail(str(exc), EXIT_TEMPFAIL)
+    info = r.info
+    if as_json:
+        _print_json(info.as_dict())
+    else:
+        print(info.id)
+    _say(
+        f"reserved {format_size(info.bytes)} on {tree!r} ({info.volume}) for pid "
+        f"{info.owner_pid}, lapses in {format_duration(info.expires - info.created)}; "
+        f"`janitor release {info.id}` when done"
+    )
+
+
+@app.command()
+def release(
+    reservation_id: Annotated[str, typer.Argument(metavar="ID", help="Reservation id.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """End a reservation now."""
+    from janitor.sizes import format_size
+
+    info = _janitor().release(reservation_id)
+    if as_json:
+        _print_json(info.as_dict())
+    _say(f"released {info.id} ({format_size(info.bytes)} on {info.tree!r})")
+
+
+@app.command()
+def renew(
+    reservation_id: Annotated[str, typer.Argument(metavar="ID", help="Reservation id.")],
+    ttl: Annotated[str | None, typer.Option(help="New lifetime from now (default 1h).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Push a live reservation's expiry to now + TTL."""
+    from janitor.sizes import format_duration
+
+    jan = _janitor()
+    info = jan.renew(reservation_id, ttl)
+    if as_json:
+        _print_json(info.as_dict())
+    import time
+
+    _say(f"renewed {info.id}; lapses in {format_duration(info.expires - time.time())}")
+
+
+@app.command()
+def check(
+    tree: Annotated[str, typer.Argument(help="Tree whose volume would be written.")],
+    size: Annotated[str, typer.Argument(help="Bytes: 500M, 2G, 1.5GiB, 2048.")],
+    path: Annotated[Path | None, typer.Option(help="File or folder inside the tree.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Would SIZE be granted now? Exit 0 yes, 1 yes but the volume is low, 75 no."""
+    from janitor.sizes import format_size
+    from janitor.status import level_of
+
+    jan = _janitor()
+    d = jan.check(tree, size, path=path)
+    vol = jan.policy.volume_policy(d.device)
+    from janitor.space import volume_stats
+
+    _, free_low, _ = vol.numbers(volume_stats(jan.policy.tree(tree).path).total)
+    level, reason = level_of(d.free, d.floor, free_low)
+    if as_json:
+        _print_json({**d.as_dict(), "level": level})
+    if not d.fits:
+        _say(str(d.refusal()).replace("refused", "would refuse", 1))
+        raise typer.Exit(EXIT_TEMPFAIL)
+    _say(
+        f"{format_size(d.requested)} fits on {tree!r} ({d.volume}): "
+        f"{format_size(d.available)} available"
+        + (f"; but the volume is at {level}: {reason}" if level != "ok" else "")
+    )
+    if level != "ok":
+        raise typer.Exit(EXIT_PROBLEM)
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+@app.command()
+def status(as_json: JsonOpt = False) -> None:
+    """Volumes (free, floor, reserved, headroom, level), trees and live reservations."""
+    st = _janitor().status()
+    if as_json:
+        _print_json(st.as_dict())
+        return
+    _render_status(st)
+
+
+def _render_status(st: Status) -> None:
+    import time
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from janitor.sizes import format_duration, format_size
+
+    console = Console()
+    colors = {"ok": "green", "warn": "yellow", "critical": "bold red"}
+    vt = Table(title="Volumes", title_justify="left")
+    for col in ("volume", "free", "floor", "reserved", "headroom", "level", "trees"):
+        vt.add_column(
+            col, justify="right" if col in ("free", "floor", "reserved", "headroom") else "left"
+        )
+    for v in st.volumes:
+        level = f"[{colors[v.level]}]{v.level}[/]" + (f" ({v.reason})" if v.reason else "")
+        vt.add_row(
+            v.mount,
+            format_size(v.free),
+            format_size(v.floor),
+            format_size(v.reserved),
+            format_size(v.headroom),
+            level,
+            ", ".join(v.trees),
+        )
+    console.print(vt)
+    tt = Table(title="Trees", title_justify="left")
+    for col in ("tree", "role", "usage", "quota", "path"):
+        tt.add_column(col, justify="right" if col in ("usage", "quota") else "left")
+    for t in st.trees:
+        tt.add_row(
+            t.name,
+            t.role,
+            format_size(t.usage),
+            format_size(t.quota) if t.quota is not None else "-",
+            t.path + ("" if t.exists else " (missing)"),
+        )
+    console.print(tt)
+    if not st.reservations:
+        console.print("No live reservations.")
+        return
+    rt = Table(title="Reservations", title_justify="left")
+    for col in ("id", "tree", "bytes", "outstanding", "job", "pid", "lapses in", "path"):
+        rt.add_column(col, justify="right" if col in ("bytes", "outstanding", "pid") else "left")
+    now = time.time()
+    for r in st.reservations:
+        rt.add_row(
+            r.id,
+            r.tree,
+            format_size(r.bytes),
+            format_size(r.outstanding),
+            r.job or "-",
+            str(r.owner_pid),
+            format_duration(r.expires - now),
+            r.path or "-",
+        )
+    console.print(rt)
+
+
+@app.command()
+def paths(as_json: JsonOpt = False) -> None:
+    """Every path the janitor resolved: config, policy, state, ledger, runtime, socket, log."""
+    from janitor.settings import Settings, default_config_path
+
+    s = Settings.load(_G.config, policy=_G.policy)
+    data = {
+        "config": str(s.config or default_config_path()),
+        "config_exists": s.config is not None,
+        "policy": str(s.policy_path),
+        "state_dir": str(s.state_dir),
+        "ledger": str(s.ledger_path),
+        "runtime_dir": str(s.runtime_dir),
+        "socket": str(s.socket_path),
+        "log_dir": str(s.log_dir),
+    }
+    if as_json:
+        _print_json(data)
+        return
+    width = max(len(k) for k in data)
+    for key, value in data.items():
+        if key != "config_exists":
+            note = " (not present)" if key == "config" and not data["config_exists"] else ""
+            print(f"{key:<{width}}  {value}{note}")
+
+
+# -- policy ----------------------------------------------------------------------------------
+
+
+def _policy_dict(jan_policy: Any) -> dict[str, Any]:
+    from janitor.space import device_of, volume_stats
+
+    trees: dict[str, Any] = {}
+    volumes: dict[int, dict[str, Any]] = {}
+    for name, t in jan_policy.trees.items():
+        vol = volume_stats(t.path)
+        floor, free_low, free_target = jan_policy.volume_policy(vol.device).numbers(vol.total)
+        volumes[vol.device] = {
+            "mount": vol.mount,
+            "total": vol.total,
+            "floor": floor,
+            "free_low": free_low,
+            "free_target": free_target,
+        }
+        trees[name] = {
+            **t.model_dump(mode="json", exclude={"name"}),
+            "quota_bytes": t.quota_bytes(vol.total),
+            "low_watermark_bytes": t.low_bytes(vol.total),
+            "device": device_of(t.path),
+        }
+    return {"source": str(jan_policy.source), "volumes": list(volumes.values()), "trees": trees}
+
+
+@policy_app.command("show")
+def policy_show(as_json: JsonOpt = False) -> None:
+    """The policy in force, with paths expanded and sizes resolved for each volume."""
+    from janitor.sizes import format_duration, format_size
+
+    jan = _janitor()
+    data = _policy_dict(jan.policy)
+    if as_json:
+        _print_json(data)
+        return
+    print(f"policy {data['source']}")
+    for v in data["volumes"]:
+        print(
+            f"volume {v['mount']}: floor {format_size(v['floor'])}, free_low "
+            f"{format_size(v['free_low'])}, free_target {format_size(v['free_target'])}"
+        )
+    for name, t in data["trees"].items():
+        quota = format_size(t["quota_bytes"]) if t["quota_bytes"] is not None else "none"
+        print(
+            f"tree {name}: {t['role']} at {t['path']}, quota {quota}, "
+            f"min_age {format_duration(t['min_age'])}"
+            + (f", orphan_age {format_duration(t['orphan_age'])}" if t["role"] == "scratch" else "")
+        )
+
+
+@policy_app.command("validate")
+def policy_validate(
+    file: Annotated[Path, typer.Argument(help="Policy file to check.")],
+) -> None:
+    """Check a policy file; exit 0 if it loads, 2 with the file, key and reason if not."""
+    from janitor.policy import load_policy
+    from janitor.settings import Settings
+
+    settings = Settings.load(_G.config)
+    pol = load_policy(file, state_dir=settings.state_dir)
+    _say(f"{file}: ok ({len(pol.trees)} trees: {', '.join(pol.trees) or 'none'})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `janitor` console script: errors become one line and an exit code.
+
+    Usage errors are click's (exit 2 with the usage line); the library's errors carry their own
+    exit code (2 bad input, 75 no space) and print as one line, never a traceback.
+    """
+    try:
+        app(args=argv, prog_name="janitor")
+    except JanitorError as exc:
+        _say(f"error: {exc}")
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

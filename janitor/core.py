@@ -1,0 +1,201 @@
+"""``Janitor``: the library every front end calls (Python workers, the CLI, the daemon's API).
+
+>>> from janitor import Janitor
+>>> jan = Janitor.from_settings()                                  # doctest: +SKIP
+>>> with jan.reserve("media_cache", "2G", path=out, job="fa"):     # doctest: +SKIP
+...     run_ffmpeg(out)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from janitor.errors import ConfigError, SpaceRisk
+from janitor.ledger import Ledger
+from janitor.owner import process_start
+from janitor.policy import Policy, load_policy
+from janitor.reserve import (
+    Admission,
+    Reservation,
+    ReservationInfo,
+    admit,
+    end_reservation,
+    get_reservation,
+    live_reservations,
+    renew_reservation,
+    resolve_path,
+)
+from janitor.settings import Settings
+from janitor.sizes import parse_duration, parse_size
+from janitor.space import volume_stats
+from janitor.status import Status, collect_status
+
+__all__ = ["Janitor"]
+
+
+class Janitor:
+    """Reservations, status and (later) sweeps over one policy and one ledger."""
+
+    def __init__(self, settings: Settings, policy: Policy, ledger: Ledger | None = None) -> None:
+        self.settings = settings
+        self.policy = policy
+        self.ledger = ledger or Ledger(settings.ledger_path, lock_timeout=settings.lock_timeout_s)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings | None = None,
+        *,
+        config: Path | str | None = None,
+        policy: Path | str | None = None,
+        **overrides: Any,
+    ) -> Janitor:
+        """A Janitor from ``JANITOR_*``, the config file and the policy they name.
+
+        ``policy=`` and keyword overrides (``state_dir=...``) beat the environment.
+        """
+        if settings is None:
+            settings = Settings.load(config, policy=policy, **overrides)
+        elif policy is not None:
+            settings = settings.model_copy(update={"policy": Path(policy)})
+        pol = load_policy(settings.policy_path, state_dir=settings.state_dir)
+        return cls(settings, pol)
+
+    # -- reservations --------------------------------------------------------------------------
+
+    def _size(self, nbytes: int | str) -> int:
+        return parse_size(nbytes, what="reservation size")
+
+    def _ttl(self, ttl: float | str | None) -> float:
+        if ttl is None:
+            return self.settings.default_ttl_s
+        seconds = parse_duration(ttl, what="ttl")
+        if seconds <= 0:
+            raise ConfigError(f"ttl {ttl!r} must be positive")
+        return seconds
+
+    def _owner(self, owner_pid: int | None) -> tuple[int, float | None]:
+        pid = os.getpid() if owner_pid is None else owner_pid
+        start = process_start(pid)
+        if start is None:
+            raise ConfigError(f"owner pid {pid} is not a running process")
+        return pid, start
+
+    def reserve(
+        self,
+        tree: str,
+        nbytes: int | str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        job: str | None = None,
+        ttl: float | str | None = None,
+        wait: float | str | None = None,
+        owner_pid: int | None = None,
+    ) -> Reservation:
+        """Reserve ``nbytes`` on ``tree``'s volume, or raise ReservationRefused (ENOSPC).
+
+        ``path``: the file or folder the bytes go to; only the part not yet written counts.
+        ``wait``: keep retrying for this long (seconds or ``"2m"``) before refusing.
+        ``owner_pid``: the process whose death ends the reservation (default: this one).
+        """
+        tree_policy = self.policy.tree(tree)
+        size = self._size(nbytes)
+        seconds = self._ttl(ttl)
+        where = None if path is None else resolve_path(tree_policy, path)
+        pid, start = self._owner(owner_pid)
+        deadline = None if wait is None else time.monotonic() + parse_duration(wait, what="wait")
+        delay = 0.05
+        while True:
+            decision, info = self.ledger.call(
+                lambda conn: admit(
+                    conn,
+                    self.policy,
+                    tree_policy,
+                    size,
+                    path=where,
+                    job=job,
+                    owner_pid=pid,
+                    owner_start=start,
+                    ttl=seconds,
+                )
+            )
+            if info is not None:
+                return Reservation(self, info)
+            if deadline is None or time.monotonic() >= deadline:
+                raise decision.refusal()
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 1.0)
+
+    def check(
+        self, tree: str, nbytes: int | str, *, path: str | os.PathLike[str] | None = None
+    ) -> Admission:
+        """Would ``nbytes`` be granted now? The numbers, without reserving anything."""
+        tree_policy = self.policy.tree(tree)
+        size = self._size(nbytes)
+        where = None if path is None else resolve_path(tree_policy, path)
+        pid, start = os.getpid(), None
+        decision, _ = self.ledger.call(
+            lambda conn: admit(
+                conn,
+                self.policy,
+                tree_policy,
+                size,
+                path=where,
+                job=None,
+                owner_pid=pid,
+                owner_start=start,
+                ttl=1.0,
+                grant=False,
+            )
+        )
+        return decision
+
+    def release(self, reservation_id: str) -> ReservationInfo:
+        """End a live reservation; UnknownReservation if it is unknown or already ended."""
+        info: ReservationInfo = self.ledger.call(end_reservation, reservation_id)
+        return info
+
+    def renew(self, reservation_id: str, ttl: float | str | None = None) -> ReservationInfo:
+        """Extend a live reservation's TTL to now + ``ttl`` (default TTL if None)."""
+        seconds = self._ttl(ttl)
+        info: ReservationInfo = self.ledger.call(renew_reservation, reservation_id, seconds)
+        return info
+
+    def get(self, reservation_id: str) -> ReservationInfo:
+        """One reservation in whatever state the ledger has it."""
+        with self.ledger.read() as conn:
+            return get_reservation(conn, reservation_id)
+
+    def reservations(self) -> list[ReservationInfo]:
+        """Every live reservation, oldest first, with outstanding bytes measured now."""
+        with self.ledger.read() as conn:
+            return live_reservations(conn)
+
+    def check_risk(self, info: ReservationInfo) -> None:
+        """Raise SpaceRisk if ``info``'s volume is below its floor or the daemon flagged it."""
+        with self.ledger.read() as conn:
+            row = conn.execute(
+                "SELECT state, at_risk FROM reservations WHERE id = ?", (info.id,)
+            ).fetchone()
+        if row is not None and row[1]:
+            raise SpaceRisk(info.id, info.volume, row[1])
+        tree = self.policy.trees.get(info.tree)
+        if tree is None:
+            return
+        vol = volume_stats(tree.path)
+        floor, _, _ = self.policy.volume_policy(vol.device).numbers(vol.total)
+        if vol.free < floor:
+            raise SpaceRisk(
+                info.id,
+                info.volume,
+                f"free space {vol.free} B is below the floor {floor} B",
+            )
+
+    # -- status --------------------------------------------------------------------------------
+
+    def status(self, *, with_usage: bool = True) -> Status:
+        """Volumes, trees and live reservations, measured now."""
+        return collect_status(self.policy, self.ledger, with_usage=with_usage)

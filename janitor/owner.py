@@ -1,0 +1,44 @@
+"""Owner processes: who holds a reservation or a pin, and whether that process still lives.
+
+A pid alone is not an identity (pids are reused), so an owner is a pid plus the process's start
+time; a zombie counts as dead, since it will never write again.
+"""
+
+from __future__ import annotations
+
+import psutil
+
+__all__ = ["is_alive", "process_start"]
+
+# psutil derives start times from boot time and clock ticks; two readings of one process agree
+# to well under this, while a reused pid starts later by at least a scheduler tick.
+_START_TOLERANCE_S = 0.05
+
+
+def process_start(pid: int) -> float | None:
+    """The start time of process ``pid`` (epoch seconds), or None if there is no such process."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    except psutil.AccessDenied:
+        return None if not psutil.pid_exists(pid) else -1.0
+
+
+def is_alive(pid: int, start: float | None) -> bool:
+    """True while process ``pid`` runs and, when ``start`` is known, is the same process."""
+    if pid <= 0:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            if proc.status() == psutil.STATUS_ZOMBIE:  # never writes again
+                return False
+            if start is None or start < 0:
+                return True
+            return bool(abs(proc.create_time() - start) < _START_TOLERANCE_S)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        # Another user's process: it exists, and we cannot tell its start time.
+        return bool(psutil.pid_exists(pid))

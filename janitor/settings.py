@@ -1,0 +1,178 @@
+"""Where the janitor keeps its things, from flags, ``JANITOR_*`` variables and a TOML file.
+
+Precedence, highest first: values passed in (CLI flags), environment variables
+(``JANITOR_STATE_DIR``, ...), the config file, built-in defaults. The config file is the one named
+by ``--config`` / ``JANITOR_CONFIG``, else ``config.toml`` in the user config dir if it exists
+(``~/.config/space-janitor/config.toml`` on Linux,
+``~/Library/Application Support/space-janitor/config.toml`` on macOS).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+import warnings
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from janitor.errors import ConfigError
+
+__all__ = ["APP_NAME", "Settings", "default_config_path", "shipped_policy_path"]
+
+APP_NAME = "space-janitor"
+
+_config_values: ContextVar[dict[str, Any] | None] = ContextVar("_config_values", default=None)
+
+
+def default_config_path() -> Path:
+    """``~/.config/space-janitor/config.toml`` on Linux; the platform's user config dir."""
+    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "config.toml"
+
+
+def shipped_policy_path() -> Path:
+    """The default policy, ``batchalign3.toml``, as installed inside the package (or the repo)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (
+        here / "policies" / "batchalign3.toml",
+        here.parent / "policies" / "batchalign3.toml",
+    ):
+        if candidate.is_file():
+            return candidate
+    return here / "policies" / "batchalign3.toml"
+
+
+def _default_state_dir() -> Path:
+    return Path(platformdirs.user_state_dir(APP_NAME, appauthor=False))
+
+
+def _default_runtime_dir() -> Path:
+    # Without XDG_RUNTIME_DIR (root shells, containers) platformdirs warns and falls back to
+    # /tmp/runtime-$UID; that fallback is fine for a socket, so the warning is noise here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Path(platformdirs.user_runtime_dir(APP_NAME, appauthor=False))
+
+
+def _default_log_dir() -> Path:
+    return Path(platformdirs.user_log_dir(APP_NAME, appauthor=False))
+
+
+class _ConfigFileSource(PydanticBaseSettingsSource):
+    """The TOML config file's values, read once by :meth:`Settings.load`."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return (_config_values.get() or {}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_config_values.get() or {})
+
+
+class Settings(BaseSettings):
+    """Resolved settings. Build with :meth:`Settings.load` so the config file is honoured."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JANITOR_", extra="forbid", validate_default=True, frozen=True
+    )
+
+    config: Path | None = Field(default=None, description="The config file that was read.")
+    policy: Path | None = Field(
+        default=None,
+        description="Policy file; default: policy.toml in the config dir, else the shipped one.",
+    )
+    state_dir: Path = Field(default_factory=_default_state_dir)
+    runtime_dir: Path = Field(default_factory=_default_runtime_dir)
+    log_dir: Path = Field(default_factory=_default_log_dir)
+    default_ttl_s: float = Field(
+        default=3600.0, gt=0, description="TTL of a reservation made without one."
+    )
+    lock_timeout_s: float = Field(
+        default=30.0, gt=0, description="How long a ledger write may wait for another writer."
+    )
+
+    @field_validator("state_dir", "runtime_dir", "log_dir", "policy", "config", mode="after")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        return Path(os.path.expandvars(os.path.expanduser(str(value))))
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _ConfigFileSource(settings_cls))
+
+    @property
+    def ledger_path(self) -> Path:
+        """``~/.local/state/space-janitor/ledger.sqlite3`` on Linux."""
+        return self.state_dir / "ledger.sqlite3"
+
+    @property
+    def policy_path(self) -> Path:
+        """The policy file in force: the chosen one, else the user's, else the shipped default."""
+        if self.policy is not None:
+            return self.policy
+        user = default_config_path().parent / "policy.toml"
+        return user if user.is_file() else shipped_policy_path()
+
+    @property
+    def socket_path(self) -> Path:
+        """The daemon's Unix socket, ``/run/user/1000/space-janitor/janitor.sock`` on Linux."""
+        return self.runtime_dir / "janitor.sock"
+
+    @classmethod
+    def load(cls, config: Path | str | None = None, **overrides: Any) -> Settings:
+        """Settings from ``overrides`` > ``JANITOR_*`` > the config file > defaults.
+
+        Raises ConfigError naming the file and key when the config file is missing (if it was
+        asked for by name), unreadable, not TOML, or holds a bad value.
+        """
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        explicit = config if config is not None else os.environ.get("JANITOR_CONFIG") or None
+        path = Path(os.path.expanduser(str(explicit))) if explicit else default_config_path()
+        values: dict[str, Any] = {}
+        if path.is_file() or explicit:
+            try:
+                with open(path, "rb") as fh:
+                    values = tomllib.load(fh)
+            except FileNotFoundError:
+                raise ConfigError(
+                    f"config file {path} does not exist; create it or drop --config/JANITOR_CONFIG"
+                ) from None
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+            except OSError as exc:
+                raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+            values["config"] = path
+        token = _config_values.set(values)
+        try:
+            # The config's path must not come from JANITOR_CONFIG's env parsing twice.
+            return cls(**overrides)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc, path if values else None)) from None
+        finally:
+            _config_values.reset(token)
+
+
+def _describe(exc: ValidationError, path: Path | None) -> str:
+    err = exc.errors()[0]
+    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    where = f"config file {path}" if path else "settings"
+    if err["type"] == "extra_forbidden":
+        return f"{where}: unknown key {key!r}; see `janitor paths` and the README for valid keys"
+    env = f" (or JANITOR_{key.upper()})"
+    return f"{where}: key {key!r}{env}: {err['msg']}"

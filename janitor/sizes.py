@@ -1,0 +1,105 @@
+"""Sizes and durations as people type them, and as the janitor prints them.
+
+Sizes are 1024-based whatever the spelling, as the pipeline prints them: ``500M``, ``2G``,
+``1.5GiB``, ``10MiB``, ``2048`` (bytes). Durations: ``90s``, ``30m``, ``2h``, ``7d``, ``1h30m``,
+or plain seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from janitor.errors import ConfigError
+
+__all__ = ["format_duration", "format_size", "parse_duration", "parse_size"]
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "m": 1024**2,
+    "g": 1024**3,
+    "t": 1024**4,
+    "p": 1024**5,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", re.IGNORECASE)
+
+
+def parse_size(text: str | int, *, allow_zero: bool = False, what: str = "size") -> int:
+    """Bytes from ``"1.5GiB"``, ``"500M"``, ``"2048"`` or an int; 1024-based.
+
+    Raises ConfigError with a one-line reason for anything else (negative, empty, ``"5 apples"``).
+    """
+    if isinstance(text, bool):
+        raise ConfigError(f"{what} {text!r} is not a size; use e.g. 500M, 2G, 1.5GiB or bytes")
+    if isinstance(text, int):
+        value = text
+    else:
+        m = _SIZE_RE.match(str(text))
+        if not m:
+            raise ConfigError(f"{what} {text!r} is not a size; use e.g. 500M, 2G, 1.5GiB or bytes")
+        number, unit, suffix = m.groups()
+        if suffix.lower() == "i":  # "Gi" without the "B" is common enough to accept
+            suffix = "ib"
+        if unit == "" and suffix.lower() not in ("", "b"):
+            raise ConfigError(f"{what} {text!r} is not a size; use e.g. 500M, 2G, 1.5GiB or bytes")
+        value = math.floor(float(number) * _UNITS[unit.lower()])
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{what} {text!r} must be {'zero or ' if allow_zero else ''}positive")
+    return value
+
+
+def format_size(n: float) -> str:
+    """``1610612736`` -> ``"1.5 GiB"``; exact bytes below 1 KiB; negative sizes keep their sign."""
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    if n < 1024:
+        return f"{sign}{int(n)} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            text = f"{n:.1f}".rstrip("0").rstrip(".")
+            return f"{sign}{text} {unit}"
+    raise AssertionError("unreachable")
+
+
+def parse_duration(text: str | float, *, what: str = "duration") -> float:
+    """Seconds from ``"30m"``, ``"1h30m"``, ``"90s"``, ``"250ms"`` or a number of seconds."""
+    if isinstance(text, bool):
+        raise ConfigError(f"{what} {text!r} is not a duration; use e.g. 90s, 30m, 2h, 7d")
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        s = str(text).strip().lower()
+        try:
+            seconds = float(s)
+        except ValueError:
+            parts = _DURATION_RE.findall(s)
+            if not parts or _DURATION_RE.sub("", s).strip():
+                raise ConfigError(
+                    f"{what} {text!r} is not a duration; use e.g. 90s, 30m, 2h, 7d"
+                ) from None
+            seconds = sum(float(v) * _DURATION_UNITS[u] for v, u in parts)
+    if seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
+        raise ConfigError(f"{what} {text!r} must be a positive duration")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """``5400`` -> ``"1h30m"``; ``42.5`` -> ``"42s"``; compact, for tables."""
+    if seconds < 0:
+        return "-" + format_duration(-seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    s = int(seconds)
+    out = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if s >= size:
+            out.append(f"{s // size}{unit}")
+            s %= size
+        if len(out) == 2:
+            break
+    return "".join(out) or "0s"

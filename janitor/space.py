@@ -1,0 +1,115 @@
+"""Volumes and sizes as the kernel reports them.
+
+A volume is a filesystem, named by ``st_dev``; trees on one volume share its free space and its
+floor. Free space is what an unprivileged writer can use (``f_bavail * f_frsize``), and sizes are
+allocated bytes (``st_blocks * 512``), so a sparse or compressed file counts what it really takes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "VolumeStats",
+    "allocated_size",
+    "device_of",
+    "existing_ancestor",
+    "mount_point",
+    "volume_stats",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeStats:
+    """One statvfs reading of a volume."""
+
+    device: int
+    mount: str
+    total: int
+    free: int
+
+    @property
+    def used(self) -> int:
+        """Bytes not free to an unprivileged writer (includes root's reserve)."""
+        return self.total - self.free
+
+
+def existing_ancestor(path: Path) -> Path:
+    """``path`` itself if it exists, else its nearest existing parent (a tree not yet created)."""
+    p = Path(os.path.abspath(path))
+    while not os.path.lexists(p) and p != p.parent:
+        p = p.parent
+    return p
+
+
+def device_of(path: Path) -> int:
+    """The ``st_dev`` of ``path``'s volume (of its nearest existing ancestor if it is missing)."""
+    return os.stat(existing_ancestor(path)).st_dev
+
+
+def mount_point(path: Path) -> str:
+    """The folder where ``path``'s volume is mounted: ``/`` or ``/System/Volumes/Data`` ..."""
+    p = existing_ancestor(path)
+    dev = os.stat(p).st_dev
+    while p != p.parent:
+        parent = p.parent
+        if os.stat(parent).st_dev != dev:
+            break
+        p = parent
+    return str(p)
+
+
+def volume_stats(path: Path) -> VolumeStats:
+    """A fresh statvfs of ``path``'s volume (no caching: admission needs the real number)."""
+    p = existing_ancestor(path)
+    st = os.statvfs(p)
+    return VolumeStats(
+        device=os.stat(p).st_dev,
+        mount=mount_point(p),
+        total=st.f_blocks * st.f_frsize,
+        free=st.f_bavail * st.f_frsize,
+    )
+
+
+def allocated_size(path: Path | str) -> int:
+    """Allocated bytes of a file, or of a folder's whole tree; 0 if it does not exist.
+
+    Never follows symlinks, never crosses into another filesystem, counts hard links once, and
+    skips whatever vanishes while it walks, so it is safe on a tree that a job is writing.
+    """
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_blocks * 512
+    total = st.st_blocks * 512
+    device = st.st_dev
+    seen: set[tuple[int, int]] = set()
+    stack = [os.fsencode(path)]
+    while stack:
+        folder = stack.pop()
+        try:
+            it = os.scandir(folder)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+        with it:
+            for entry in it:
+                try:
+                    est = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if est.st_dev != device:
+                    continue
+                if est.st_nlink > 1 and not stat.S_ISDIR(est.st_mode):
+                    key = (est.st_dev, est.st_ino)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                total += est.st_blocks * 512
+                if stat.S_ISDIR(est.st_mode):
+                    stack.append(entry.path)
+    return total

@@ -1,0 +1,219 @@
+"""What `janitor status` shows: each volume's numbers and level, each tree's use, live reservations.
+
+Reading status never writes the ledger, so it works on a read-only state dir and costs no lock.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from janitor.ledger import Ledger
+from janitor.policy import Policy, TreePolicy
+from janitor.reserve import ReservationInfo, live_reservations
+from janitor.space import VolumeStats, allocated_size, volume_stats
+
+__all__ = [
+    "Level",
+    "Status",
+    "TreeStatus",
+    "VolumeStatus",
+    "collect_status",
+    "level_of",
+    "tree_usage",
+]
+
+Level = Literal["ok", "warn", "critical"]
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeStatus:
+    """One volume: free space against its floor, what reservations still claim, its level."""
+
+    device: int
+    mount: str
+    total: int
+    free: int
+    floor: int
+    free_low: int
+    free_target: int
+    reserved: int
+    level: Level
+    reason: str
+    trees: tuple[str, ...]
+    fill_rate: float | None = None
+    eta_floor: float | None = None
+    forecast_updated: float | None = None
+
+    @property
+    def headroom(self) -> int:
+        """Bytes a new reservation could get now: free - floor - reserved (may be negative)."""
+        return self.free - self.floor - self.reserved
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["trees"] = list(self.trees)
+        data["headroom"] = self.headroom
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class TreeStatus:
+    """One managed tree: where it is, its role, what it holds against its quota."""
+
+    name: str
+    role: str
+    path: str
+    exists: bool
+    device: int
+    usage: int
+    quota: int | None
+    low_watermark: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """The whole picture, as ``jan.status()`` returns it and ``janitor status --json`` prints it."""
+
+    time: float
+    policy: str
+    volumes: tuple[VolumeStatus, ...]
+    trees: tuple[TreeStatus, ...]
+    reservations: tuple[ReservationInfo, ...] = field(default=())
+
+    @property
+    def level(self) -> Level:
+        """The worst level of any volume."""
+        order: dict[str, int] = {"ok": 0, "warn": 1, "critical": 2}
+        worst = max((order[v.level] for v in self.volumes), default=0)
+        levels: tuple[Level, ...] = ("ok", "warn", "critical")
+        return levels[worst]
+
+    def volume(self, device: int) -> VolumeStatus:
+        """The status of the volume with this ``st_dev``."""
+        for v in self.volumes:
+            if v.device == device:
+                return v
+        raise KeyError(device)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "time": self.time,
+            "policy": self.policy,
+            "level": self.level,
+            "volumes": [v.as_dict() for v in self.volumes],
+            "trees": [t.as_dict() for t in self.trees],
+            "reservations": [r.as_dict() for r in self.reservations],
+        }
+
+
+def level_of(free: int, floor: int, free_low: int) -> tuple[Level, str]:
+    """The level a free-space reading alone implies, and why."""
+    if free < floor:
+        return "critical", "free space is below the floor"
+    if free < free_low:
+        return "warn", "free space is below free_low"
+    return "ok", ""
+
+
+def _dir_unit_matches(tree: TreePolicy, unit: Path) -> bool:
+    if not fnmatch.fnmatchcase(unit.name, tree.unit_glob):
+        return False
+    if not tree.unit_requires:
+        return True
+    try:
+        names = os.listdir(unit)
+    except OSError:
+        return False
+    return any(fnmatch.fnmatchcase(n, pat) for n in names for pat in tree.unit_requires)
+
+
+def tree_usage(tree: TreePolicy) -> int:
+    """Allocated bytes the tree manages: the whole root, or only its matching unit folders."""
+    if tree.units == "file":
+        return allocated_size(tree.path)
+    total = 0
+    try:
+        children = list(os.scandir(tree.path))
+    except OSError:
+        return 0
+    for child in children:
+        if child.is_dir(follow_symlinks=False) and _dir_unit_matches(tree, Path(child.path)):
+            total += allocated_size(child.path)
+    return total
+
+
+def collect_status(policy: Policy, ledger: Ledger, *, with_usage: bool = True) -> Status:
+    """Measure every volume and tree now, and read live reservations and forecasts."""
+    now = time.time()
+    stats: dict[int, VolumeStats] = {}
+    tree_rows: list[TreeStatus] = []
+    members: dict[int, list[str]] = {}
+    for name, tree in policy.trees.items():
+        vol = volume_stats(tree.path)
+        stats.setdefault(vol.device, vol)
+        members.setdefault(vol.device, []).append(name)
+        tree_rows.append(
+            TreeStatus(
+                name=name,
+                role=tree.role,
+                path=str(tree.path),
+                exists=tree.path.is_dir(),
+                device=vol.device,
+                usage=tree_usage(tree) if with_usage else 0,
+                quota=tree.quota_bytes(vol.total),
+                low_watermark=tree.low_bytes(vol.total),
+            )
+        )
+    with ledger.read() as conn:
+        live = live_reservations(conn, now=now)
+        forecasts = {
+            row[0]: row[1:]
+            for row in conn.execute(
+                "SELECT device, level, reason, fill_rate, eta_floor, updated FROM volumes"
+            ).fetchall()
+        }
+    volumes = []
+    for device, vol in stats.items():
+        floor, free_low, free_target = policy.volume_policy(device).numbers(vol.total)
+        reserved = sum(r.outstanding for r in live if r.device == device)
+        level, reason = level_of(vol.free, floor, free_low)
+        fill_rate = eta_floor = updated = None
+        fc = forecasts.get(device)
+        # A forecast is only trusted while the daemon keeps it fresh.
+        if fc is not None and now - fc[4] < 60:
+            _, fc_reason, fill_rate, eta_floor, updated = fc
+            if level == "ok" and fc[0] == "warn":
+                level, reason = "warn", fc_reason or "forecast reaches the floor"
+        volumes.append(
+            VolumeStatus(
+                device=device,
+                mount=vol.mount,
+                total=vol.total,
+                free=vol.free,
+                floor=floor,
+                free_low=free_low,
+                free_target=free_target,
+                reserved=reserved,
+                level=level,
+                reason=reason,
+                trees=tuple(members[device]),
+                fill_rate=fill_rate,
+                eta_floor=eta_floor,
+                forecast_updated=updated,
+            )
+        )
+    return Status(
+        time=now,
+        policy=str(policy.source or ""),
+        volumes=tuple(volumes),
+        trees=tuple(tree_rows),
+        reservations=tuple(live),
+    )
