@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from janitor.errors import ConfigError, SpaceRisk
-from janitor.ledger import Ledger
+from janitor.ledger import Ledger, LogEntry
 from janitor.owner import process_start
 from janitor.policy import Policy, load_policy
 from janitor.reserve import (
@@ -30,8 +31,12 @@ from janitor.reserve import (
 )
 from janitor.settings import Settings
 from janitor.sizes import parse_duration, parse_size
-from janitor.space import volume_stats
+from janitor.space import device_of, volume_stats
 from janitor.status import Status, collect_status
+
+if TYPE_CHECKING:
+    from janitor.pins import Pin, PinInfo
+    from janitor.sweep import SweepResult
 
 __all__ = ["Janitor"]
 
@@ -94,12 +99,15 @@ class Janitor:
         ttl: float | str | None = None,
         wait: float | str | None = None,
         owner_pid: int | None = None,
+        evict: bool = True,
     ) -> Reservation:
         """Reserve ``nbytes`` on ``tree``'s volume, or raise ReservationRefused (ENOSPC).
 
         ``path``: the file or folder the bytes go to; only the part not yet written counts.
         ``wait``: keep retrying for this long (seconds or ``"2m"``) before refusing.
         ``owner_pid``: the process whose death ends the reservation (default: this one).
+        ``evict``: when it does not fit, first evict cache entries on the same volume to cover
+        the shortfall (least recently used first); the refusal says how much was evicted.
         """
         tree_policy = self.policy.tree(tree)
         size = self._size(nbytes)
@@ -108,9 +116,10 @@ class Janitor:
         pid, start = self._owner(owner_pid)
         deadline = None if wait is None else time.monotonic() + parse_duration(wait, what="wait")
         delay = 0.05
+        evicted = 0
         while True:
             decision, info = self.ledger.call(
-                lambda conn: admit(
+                lambda conn, freed=evicted: admit(
                     conn,
                     self.policy,
                     tree_policy,
@@ -120,10 +129,16 @@ class Janitor:
                     owner_pid=pid,
                     owner_start=start,
                     ttl=seconds,
+                    evicted=freed,
                 )
             )
             if info is not None:
                 return Reservation(self, info)
+            if evict and evicted == 0:
+                freed = self.make_room(tree, size, path=where)
+                if freed > 0:
+                    evicted = freed
+                    continue
             if deadline is None or time.monotonic() >= deadline:
                 raise decision.refusal()
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
@@ -193,6 +208,107 @@ class Janitor:
                 info.volume,
                 f"free space {vol.free} B is below the floor {floor} B",
             )
+
+    def make_room(
+        self, tree: str, nbytes: int | str, *, path: str | os.PathLike[str] | None = None
+    ) -> int:
+        """Evict caches on ``tree``'s volume until ``nbytes`` would fit; returns bytes freed."""
+        from janitor.sweep import make_room
+
+        tree_policy = self.policy.tree(tree)
+        size = self._size(nbytes)
+        where = None if path is None else resolve_path(tree_policy, path)
+
+        def shortfall() -> int:
+            return self.check(tree, size, path=where).shortfall
+
+        report = make_room(
+            self.policy,
+            self.ledger,
+            self.settings.state_dir,
+            device_of(tree_policy.path),
+            shortfall,
+        )
+        return 0 if report is None else max(report.deleted_bytes, report.reclaimed_bytes)
+
+    # -- sweeps, pins, touches -----------------------------------------------------------------
+
+    def sweep(
+        self,
+        tree: str | None = None,
+        *,
+        dry_run: bool = False,
+        pressure: bool = True,
+        progress: Callable[[str, int], None] | None = None,
+    ) -> SweepResult:
+        """Bring one tree (or every tree) within its policy; ``dry_run`` only plans."""
+        from janitor.sweep import run_sweep
+
+        return run_sweep(
+            self.policy,
+            self.ledger,
+            self.settings.state_dir,
+            tree=tree,
+            dry_run=dry_run,
+            pressure=pressure,
+            progress=progress,
+        )
+
+    def _tree_of(self, path: str | os.PathLike[str]) -> tuple[str, str]:
+        absolute = os.path.normpath(os.path.abspath(os.fspath(path)))
+        for name, tree in self.policy.trees.items():
+            try:
+                return name, resolve_path(tree, absolute)
+            except ConfigError:
+                continue
+        raise ConfigError(
+            f"path {absolute} is in no managed tree; `janitor policy show` lists the trees"
+        )
+
+    def pin(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        owner_pid: int | None = None,
+        ttl: float | str | None = None,
+    ) -> Pin:
+        """Protect a cache entry (file or folder) from eviction while the owner lives."""
+        from janitor.pins import Pin, add_pin
+
+        tree, where = self._tree_of(path)
+        pid, start = self._owner(owner_pid)
+        seconds = None if ttl is None else self._ttl(ttl)
+        info = self.ledger.call(
+            lambda conn: add_pin(conn, tree, where, owner_pid=pid, owner_start=start, ttl=seconds)
+        )
+        return Pin(self, info)
+
+    def unpin(self, key: str | os.PathLike[str]) -> list[PinInfo]:
+        """End a pin by id, or every live pin on a path."""
+        from janitor.pins import end_pin
+
+        text = os.fspath(key)
+        if not text.startswith("p-"):
+            text = os.path.normpath(os.path.abspath(text))
+        return self.ledger.call(end_pin, text)
+
+    def pins(self) -> list[PinInfo]:
+        """Every pin that protects now."""
+        from janitor.pins import live_pins
+
+        with self.ledger.read() as conn:
+            return live_pins(conn)
+
+    def touch(self, *paths: str | os.PathLike[str]) -> None:
+        """Record a use of each path, so LRU eviction sees it as recently used."""
+        from janitor.pins import record_touches
+
+        resolved = [self._tree_of(p)[1] for p in paths]
+        self.ledger.call(lambda conn: record_touches(conn, resolved))
+
+    def log(self, *, since: float | None = None, events: tuple[str, ...] = ()) -> list[LogEntry]:
+        """The ledger's log: grants, refusals, releases, deletions ... oldest first."""
+        return self.ledger.entries(since=since, events=events)
 
     # -- status --------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ __all__ = [
     "PolicyError",
     "ReservationRefused",
     "SpaceRisk",
+    "UnknownPin",
     "UnknownReservation",
     "UnknownTree",
 ]
@@ -52,6 +53,10 @@ class UnknownTree(ConfigError):
 
 class UnknownReservation(JanitorError, LookupError):
     """A reservation id that is not in the ledger, or is no longer live."""
+
+
+class UnknownPin(JanitorError, LookupError):
+    """A pin id or path that has no live pin."""
 
 
 class LedgerError(JanitorError, OSError):

@@ -251,7 +251,7 @@ def admit(
     others = live_reservations(conn, device=device, now=now)
     reserved = sum(r.outstanding for r in others)
     decision = Admission(tree.name, mount, device, nbytes, free, floor, reserved, evicted)
-    if not decision.fits:
+    if not decision.fits and grant:
         Ledger.log(
             conn,
             "refuse",

@@ -37,7 +37,7 @@ class VolumeStats:
         return self.total - self.free
 
 
-def existing_ancestor(path: Path) -> Path:
+def existing_ancestor(path: Path | str) -> Path:
     """``path`` itself if it exists, else its nearest existing parent (a tree not yet created)."""
     p = Path(os.path.abspath(path))
     while not os.path.lexists(p) and p != p.parent:
@@ -45,12 +45,12 @@ def existing_ancestor(path: Path) -> Path:
     return p
 
 
-def device_of(path: Path) -> int:
+def device_of(path: Path | str) -> int:
     """The ``st_dev`` of ``path``'s volume (of its nearest existing ancestor if it is missing)."""
     return os.stat(existing_ancestor(path)).st_dev
 
 
-def mount_point(path: Path) -> str:
+def mount_point(path: Path | str) -> str:
     """The folder where ``path``'s volume is mounted: ``/`` or ``/System/Volumes/Data`` ..."""
     p = existing_ancestor(path)
     dev = os.stat(p).st_dev
@@ -62,7 +62,7 @@ def mount_point(path: Path) -> str:
     return str(p)
 
 
-def volume_stats(path: Path) -> VolumeStats:
+def volume_stats(path: Path | str) -> VolumeStats:
     """A fresh statvfs of ``path``'s volume (no caching: admission needs the real number)."""
     p = existing_ancestor(path)
     st = os.statvfs(p)

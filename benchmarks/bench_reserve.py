@@ -1,0 +1,466 @@
+#!/usr/bin/env python3
+"""Reservation and CLI benchmark for space-janitor: prints one table, exits 0 (not a timed test).
+
+Measures, in one run on an isolated, throw-away state dir and policy:
+
+* reserve+release pairs through the Python API in one process: pairs/s, p50/p99 of a pair
+  (and of reserve and release alone), beside a floor: two bare SQLite write transactions on a
+  ledger-like file with the same pragmas;
+* the same with N processes (default 8) hammering one ledger at once: aggregate pairs/s and
+  p50/p99 of a pair across all of them;
+* wall time of ``janitor reserve t 1M --ttl 1m``, ``janitor release ID``, ``janitor status`` and
+  ``janitor --help`` beside ``python -c pass`` (the same interpreter), median of several runs.
+
+Targets (issue 2, item 10, for a 2-core machine): >= 2,000 pairs/s in one process; p99 <= 10 ms
+with 8 processes; each CLI command under 0.35 s.
+
+    python benchmarks/bench_reserve.py            # full run (~1 min on 2 cores)
+    python benchmarks/bench_reserve.py --quick    # fewer iterations (~15 s)
+
+Nothing outside a temporary directory is read or written: JANITOR_STATE_DIR, JANITOR_POLICY,
+JANITOR_CONFIG, JANITOR_RUNTIME_DIR and JANITOR_LOG_DIR all point into it, for this process, its
+worker processes and the ``janitor`` subprocesses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+TARGET_PAIRS_PER_S = 2000.0
+TARGET_P99_MULTI_S = 0.010
+TARGET_CLI_S = 0.35
+
+_ENV_KEYS = (
+    "JANITOR_STATE_DIR",
+    "JANITOR_POLICY",
+    "JANITOR_CONFIG",
+    "JANITOR_RUNTIME_DIR",
+    "JANITOR_LOG_DIR",
+)
+
+
+# -- isolation ---------------------------------------------------------------------------------
+
+
+def make_sandbox(root: Path) -> dict[str, str]:
+    """A tree folder, a minimal policy, an empty config and a state dir under ``root``.
+
+    Returns the JANITOR_* variables that point at them (also set in os.environ).
+    """
+    tree = root / "tree"
+    tree.mkdir()
+    policy = root / "policy.toml"
+    policy.write_text(
+        '[volume]\nfloor = "4MiB"\n\n'
+        f'[trees.t]\nrole = "cache"\npath = {json.dumps(str(tree))}\nquota = "10MiB"\n'
+    )
+    config = root / "config.toml"
+    config.write_text("")  # named explicitly, so the user's config.toml is never read
+    env = {
+        "JANITOR_STATE_DIR": str(root / "state"),
+        "JANITOR_POLICY": str(policy),
+        "JANITOR_CONFIG": str(config),
+        "JANITOR_RUNTIME_DIR": str(root / "runtime"),
+        "JANITOR_LOG_DIR": str(root / "log"),
+    }
+    os.environ.update(env)
+    return env
+
+
+def _check_isolated(root: Path) -> None:
+    for key in _ENV_KEYS:
+        value = os.environ.get(key, "")
+        if not value.startswith(str(root)):
+            raise SystemExit(f"bench: refusing to run, {key}={value!r} is not inside {root}")
+
+
+# -- statistics --------------------------------------------------------------------------------
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) of already sorted values, nearest-rank."""
+    if not sorted_values:
+        return float("nan")
+    k = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values) + 0.5) - 1))
+    return sorted_values[k]
+
+
+# -- (a) one process ---------------------------------------------------------------------------
+
+
+def _pairs(jan: Any, n: int) -> tuple[list[float], list[float], list[float], float]:
+    """n reserve+release pairs; per-pair, per-reserve, per-release seconds and the total."""
+    clock = time.perf_counter
+    pair, res, rel = [], [], []
+    t_start = clock()
+    for _ in range(n):
+        t0 = clock()
+        r = jan.reserve("t", 1 << 20)
+        t1 = clock()
+        r.release()
+        t2 = clock()
+        pair.append(t2 - t0)
+        res.append(t1 - t0)
+        rel.append(t2 - t1)
+    return pair, res, rel, clock() - t_start
+
+
+def bench_single(n: int, warmup: int) -> dict[str, float]:
+    from janitor import Janitor
+
+    jan = Janitor.from_settings()
+    _pairs(jan, warmup)
+    pair, res, rel, total = _pairs(jan, n)
+    pair.sort()
+    res.sort()
+    rel.sort()
+    jan.ledger.close()
+    return {
+        "pairs": n,
+        "pairs_per_s": n / total,
+        "p50": percentile(pair, 50),
+        "p99": percentile(pair, 99),
+        "reserve_p50": percentile(res, 50),
+        "release_p50": percentile(rel, 50),
+    }
+
+
+def bench_sqlite_floor(root: Path, n: int) -> float:
+    """Pairs/s of two bare write transactions (INSERT, then UPDATE) on a WAL file, no Python API.
+
+    The same pragmas as janitor/ledger.py, on a separate file: the most a pair could reach
+    through SQLite from Python on this machine.
+    """
+    conn = sqlite3.connect(root / "floor.sqlite3", isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("CREATE TABLE r (id INTEGER PRIMARY KEY, state TEXT, ended REAL)")
+
+    def one(i: int) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO r (id, state) VALUES (?, 'live')", (i,))
+        conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE r SET state = 'released', ended = ? WHERE id = ?", (time.time(), i))
+        conn.execute("COMMIT")
+
+    for i in range(200):
+        one(-1 - i)
+    t0 = time.perf_counter()
+    for i in range(n):
+        one(i)
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    return n / elapsed
+
+
+# -- (b) many processes ------------------------------------------------------------------------
+
+
+def _worker(n: int, warmup: int, barrier: Any, out: Any) -> None:
+    from janitor import Janitor
+
+    jan = Janitor.from_settings()
+    _pairs(jan, warmup)
+    barrier.wait()
+    start = time.perf_counter()  # CLOCK_MONOTONIC: comparable across processes on Linux/macOS
+    pair, _, _, _ = _pairs(jan, n)
+    end = time.perf_counter()
+    jan.ledger.close()
+    out.put((start, end, pair))
+
+
+def bench_multi(procs: int, n: int, warmup: int) -> dict[str, float]:
+    ctx = mp.get_context("spawn")  # each worker imports janitor afresh, like a real worker
+    barrier = ctx.Barrier(procs)
+    out = ctx.Queue()
+    workers = [ctx.Process(target=_worker, args=(n, warmup, barrier, out)) for _ in range(procs)]
+    for w in workers:
+        w.start()
+    results = [out.get(timeout=600) for _ in workers]
+    for w in workers:
+        w.join()
+        if w.exitcode != 0:
+            raise SystemExit(f"bench: a worker exited with {w.exitcode}")
+    starts, ends, lats = zip(*results, strict=True)
+    wall = max(ends) - min(starts)
+    all_lat = sorted(x for lat in lats for x in lat)
+    return {
+        "procs": procs,
+        "pairs": procs * n,
+        "pairs_per_s": procs * n / wall,
+        "p50": percentile(all_lat, 50),
+        "p99": percentile(all_lat, 99),
+        "max": all_lat[-1],
+    }
+
+
+# -- (c) the CLI -------------------------------------------------------------------------------
+
+
+def _janitor_cmd() -> list[str]:
+    beside = Path(sys.executable).parent / "janitor"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("janitor")
+    return [found] if found else [sys.executable, "-m", "janitor"]
+
+
+def _run(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(
+            f"bench: {' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr.strip()}"
+        )
+    return elapsed, proc
+
+
+def bench_cli(runs: int) -> dict[str, dict[str, float]]:
+    """Median and min wall time of each command; runs are interleaved so drift hits all alike."""
+    jan = _janitor_cmd()
+    times: dict[str, list[float]] = {
+        "python -c pass": [],
+        "janitor --help": [],
+        "janitor reserve t 1M --ttl 1m": [],
+        "janitor release ID": [],
+        "janitor status": [],
+    }
+    for i in range(runs + 1):  # the first round warms the page cache and .pyc files, untimed
+        samples = {
+            "python -c pass": _run([sys.executable, "-c", "pass"])[0],
+            "janitor --help": _run([*jan, "--help"])[0],
+        }
+        t, proc = _run([*jan, "reserve", "t", "1M", "--ttl", "1m"])
+        samples["janitor reserve t 1M --ttl 1m"] = t
+        rid = proc.stdout.strip().splitlines()[-1]
+        samples["janitor release ID"] = _run([*jan, "release", rid])[0]
+        samples["janitor status"] = _run([*jan, "status"])[0]
+        if i:
+            for key, value in samples.items():
+                times[key].append(value)
+    return {
+        k: {"median": statistics.median(v), "min": min(v), "runs": len(v)}
+        for k, v in times.items()
+    }
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    measurement: str
+    value: str
+    baseline: str = "-"
+    ratio: str = "-"
+    target: str = "-"
+    verdict: str = "-"  # meets / MISSES / - (informational)
+
+
+@dataclass
+class Report:
+    machine: dict[str, Any] = field(default_factory=dict)
+    results: dict[str, Any] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def missed(self) -> list[str]:
+        return [r.measurement for r in self.rows if r.verdict == "MISSES"]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms"
+
+
+def _verdict(ok: bool) -> str:
+    return "meets" if ok else "MISSES"
+
+
+def machine_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "nproc": os.cpu_count(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "executable": sys.executable,
+        "sqlite": sqlite3.sqlite_version,
+        "platform": platform.platform(),
+    }
+    if hasattr(os, "sched_getaffinity"):
+        facts["usable_cpus"] = len(os.sched_getaffinity(0))
+    if hasattr(os, "getloadavg"):
+        facts["loadavg_1m_at_start"] = round(os.getloadavg()[0], 2)
+    return facts
+
+
+def build_rows(rep: Report) -> None:
+    r = rep.results
+    rows = rep.rows
+    if "single" in r:
+        s = r["single"]
+        floor = r.get("sqlite_floor_pairs_per_s")
+        rows.append(
+            Row(
+                f"1 proc: reserve+release pairs/s ({s['pairs']} pairs)",
+                f"{s['pairs_per_s']:,.0f}/s",
+                f"{floor:,.0f}/s bare SQLite" if floor else "-",
+                f"{s['pairs_per_s'] / floor:.2f}x" if floor else "-",
+                f">= {TARGET_PAIRS_PER_S:,.0f}/s",
+                _verdict(s["pairs_per_s"] >= TARGET_PAIRS_PER_S),
+            )
+        )
+        rows.append(Row("1 proc: pair p50", _ms(s["p50"])))
+        rows.append(Row("1 proc: pair p99", _ms(s["p99"])))
+        rows.append(Row("1 proc: reserve p50 / release p50", f"{_ms(s['reserve_p50'])} / "
+                        f"{_ms(s['release_p50'])}"))
+    if "multi" in r:
+        m = r["multi"]
+        single = r.get("single")
+        rows.append(
+            Row(
+                f"{m['procs']} procs: aggregate pairs/s ({m['pairs']} pairs)",
+                f"{m['pairs_per_s']:,.0f}/s",
+                f"{single['pairs_per_s']:,.0f}/s 1 proc" if single else "-",
+                f"{m['pairs_per_s'] / single['pairs_per_s']:.2f}x" if single else "-",
+            )
+        )
+        rows.append(Row(f"{m['procs']} procs: pair p50", _ms(m["p50"]),
+                        _ms(single["p50"]) + " 1 proc" if single else "-",
+                        f"{m['p50'] / single['p50']:.1f}x" if single else "-"))
+        rows.append(
+            Row(
+                f"{m['procs']} procs: pair p99",
+                _ms(m["p99"]),
+                _ms(single["p99"]) + " 1 proc" if single else "-",
+                f"{m['p99'] / TARGET_P99_MULTI_S:.2f}x of target",
+                f"<= {_ms(TARGET_P99_MULTI_S)}",
+                _verdict(m["p99"] <= TARGET_P99_MULTI_S),
+            )
+        )
+        rows.append(Row(f"{m['procs']} procs: pair max", _ms(m["max"])))
+    if "cli" in r:
+        c = r["cli"]
+        base = c["python -c pass"]["median"]
+        for name, t in c.items():
+            med = t["median"]
+            row = Row(
+                f"CLI: {name}",
+                f"{med:.3f} s (min {t['min']:.3f})",
+                f"{base:.3f} s",
+                f"{med / base:.1f}x",
+            )
+            if name.startswith("janitor"):
+                row.target = f"< {TARGET_CLI_S:.2f} s"
+                row.verdict = _verdict(med < TARGET_CLI_S)
+            rows.append(row)
+
+
+def print_table(rep: Report) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    # Wide enough for one line a row even when piped (rich falls back to 80 columns then).
+    console = Console(width=max(130, shutil.get_terminal_size((130, 24)).columns))
+    m = rep.machine
+    console.print(
+        f"machine: nproc={m['nproc']}"
+        + (f" (usable {m['usable_cpus']})" if "usable_cpus" in m else "")
+        + (f", load {m['loadavg_1m_at_start']}" if "loadavg_1m_at_start" in m else "")
+        + f", {m['python']}, SQLite {m['sqlite']}, {m['platform']}"
+    )
+    runs = rep.results.get("cli", {}).get("python -c pass", {}).get("runs")
+    caption = (
+        f"CLI rows: median wall time of {runs} runs each, interleaved; baseline is "
+        "`python -c pass` on the same interpreter in the same run."
+        if runs
+        else None
+    )
+    table = Table(title="space-janitor benchmark", title_justify="left", caption=caption,
+                  caption_justify="left")
+    table.add_column("measurement")
+    table.add_column("value", justify="right")
+    table.add_column("baseline", justify="right")
+    table.add_column("ratio", justify="right")
+    table.add_column("target", justify="right")
+    table.add_column("verdict")
+    for row in rep.rows:
+        style = {"meets": "green", "MISSES": "bold red"}.get(row.verdict)
+        verdict = f"[{style}]{row.verdict}[/]" if style else row.verdict
+        table.add_row(row.measurement, row.value, row.baseline, row.ratio, row.target, verdict)
+    console.print(table)
+    if rep.missed:
+        console.print(f"[bold red]{len(rep.missed)} target(s) missed[/]: " + "; ".join(rep.missed))
+    else:
+        console.print("[green]all targets met[/]")
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    ap.add_argument("--pairs", type=int, help="pairs in the one-process run (default 3000)")
+    ap.add_argument("--procs", type=int, default=8, help="processes in the parallel run")
+    ap.add_argument("--pairs-per-proc", type=int, help="pairs per process (default 500)")
+    ap.add_argument("--cli-runs", type=int, help="timed runs of each command (default 10)")
+    ap.add_argument(
+        "--only", choices=("single", "multi", "cli"), action="append",
+        help="run only these parts (repeatable)",
+    )
+    ap.add_argument("--json", metavar="FILE", help="also write the raw numbers as JSON")
+    ap.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
+    args = ap.parse_args(argv)
+
+    pairs = args.pairs or (500 if args.quick else 3000)
+    per_proc = args.pairs_per_proc or (100 if args.quick else 500)
+    cli_runs = args.cli_runs or (3 if args.quick else 10)
+    warmup = 50 if args.quick else 200
+    parts = set(args.only or ("single", "multi", "cli"))
+
+    rep = Report(machine=machine_facts())
+    with tempfile.TemporaryDirectory(prefix="janitor-bench-") as tmp:
+        root = Path(tmp)
+        rep.machine["sandbox"] = tmp
+        make_sandbox(root)
+        _check_isolated(root)
+        if "single" in parts:
+            rep.results["single"] = bench_single(pairs, warmup)
+            rep.results["sqlite_floor_pairs_per_s"] = bench_sqlite_floor(root, pairs)
+        if "multi" in parts:
+            rep.results["multi"] = bench_multi(args.procs, per_proc, warmup // 4)
+        if "cli" in parts:
+            rep.results["cli"] = bench_cli(cli_runs)
+    build_rows(rep)
+    print_table(rep)
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "machine": rep.machine,
+                    "results": rep.results,
+                    "rows": [asdict(r) for r in rep.rows],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+    return 1 if args.strict and rep.missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

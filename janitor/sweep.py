@@ -1,0 +1,188 @@
+"""Sweeps and make-room: scan, gather what is in use, plan, apply, one tree lock at a time.
+
+Every path that deletes goes through here: `janitor sweep`, volume pressure, and the make-room
+step of a refused reservation. Each takes the per-tree lock files (``state_dir/locks``) of the
+trees it may touch, in name order, so two sweeps in two processes never work on one tree at once
+and never delete a file twice; the second one waits, scans afresh, and finds nothing to do.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from janitor.errors import LedgerError
+from janitor.evict import Plan, Protection, Report, apply, plan_pressure, plan_tree
+from janitor.inuse import lock_held, open_inodes, prepare_leases
+from janitor.ledger import Ledger
+from janitor.pins import live_pins, reap_pins, touches_under
+from janitor.policy import Policy, TreePolicy
+from janitor.reserve import live_reservations, reap
+from janitor.scan import Snapshot, scan
+from janitor.space import volume_stats
+from janitor.units import Unit, group_units
+
+__all__ = ["SweepResult", "make_room", "run_sweep", "tree_locks"]
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    """A sweep's plan and what applying it did (a dry run's report deletes nothing)."""
+
+    plan: Plan
+    report: Report
+
+
+@contextmanager
+def tree_locks(state_dir: Path, names: Sequence[str], timeout: float = 600.0) -> Iterator[None]:
+    """Hold the lock file of every named tree (sorted, so two callers cannot deadlock)."""
+    folder = state_dir / "locks"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise LedgerError(
+            f"cannot create {folder}: {exc.strerror}; check JANITOR_STATE_DIR"
+        ) from None
+    with ExitStack() as stack:
+        for name in sorted(set(names)):
+            fd = os.open(folder / f"tree-{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            stack.callback(os.close, fd)
+            deadline = time.monotonic() + timeout
+            delay = 0.001
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise LedgerError(
+                            f"tree {name!r} stayed locked by another sweep for {timeout:g}s"
+                        ) from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+        yield
+
+
+def _protection(ledger: Ledger, units: Sequence[Unit], devices: set[int], now: float) -> Protection:
+    with ledger.read() as conn:
+        pins = frozenset(p.path for p in live_pins(conn, now=now))
+        reserved = frozenset(r.path for r in live_reservations(conn, now=now) if r.path is not None)
+    locked = frozenset(
+        u.lock
+        for u in units
+        if u.lock is not None and os.path.lexists(u.lock) and lock_held(u.lock)
+    )
+    return Protection(pins, reserved, locked, open_inodes(devices))
+
+
+def _scan_trees(
+    ledger: Ledger,
+    trees: Sequence[TreePolicy],
+    progress: Callable[[str, int], None] | None,
+) -> list[tuple[Snapshot, tuple[Unit, ...], TreePolicy]]:
+    out = []
+    for tree in trees:
+        cb = None if progress is None else (lambda n, name=tree.name: progress(name, n))
+        snap = scan(tree.path, progress=cb)
+        with ledger.read() as conn:
+            touches = touches_under(conn, snap.root)
+        out.append((snap, group_units(snap, tree, touches), tree))
+    return out
+
+
+def run_sweep(
+    policy: Policy,
+    ledger: Ledger,
+    state_dir: Path,
+    *,
+    tree: str | None = None,
+    dry_run: bool = False,
+    pressure: bool = True,
+    progress: Callable[[str, int], None] | None = None,
+) -> SweepResult:
+    """Bring one tree (or all) within policy: quotas, ages, orphans, then volume pressure."""
+    trees = [policy.tree(tree)] if tree is not None else list(policy.trees.values())
+    prepare_leases()
+    with tree_locks(state_dir, [t.name for t in trees]):
+        now = time.time()
+        if not dry_run:
+            ledger.call(lambda conn: (reap(conn, now), reap_pins(conn, now)))
+        scanned = _scan_trees(ledger, trees, progress)
+        devices = {s.device for s, _, _ in scanned if s.exists}
+        protection = _protection(
+            ledger, [u for _, units, _ in scanned for u in units], devices, now
+        )
+        plan = Plan((), ())
+        totals: dict[int, int] = {}
+        for snap, units, tp in scanned:
+            if not snap.exists:
+                continue
+            total = volume_stats(snap.root).total
+            part = plan_tree(snap, units, tp, volume_total=total, protection=protection, now=now)
+            plan = plan.merged(part)
+            totals[snap.device] = totals.get(snap.device, 0) + part.bytes
+        if pressure:
+            for device in devices:
+                on_volume = [s for s in scanned if s[0].device == device and s[0].exists]
+                vs = volume_stats(on_volume[0][0].root)
+                _, free_low, free_target = policy.volume_policy(device).numbers(vs.total)
+                if vs.free >= free_low:
+                    continue
+                need = free_target - vs.free - totals.get(device, 0)
+                if need > 0:
+                    extra = plan_pressure(
+                        on_volume,
+                        need,
+                        protection=protection,
+                        now=now,
+                        exclude=[(i.tree, i.unit.key) for i in plan.items],
+                    )
+                    plan = plan.merged(Plan(extra.items, ()))
+        report = apply(plan, ledger=ledger, dry_run=dry_run, open_set=protection.open)
+    return SweepResult(plan, report)
+
+
+def make_room(
+    policy: Policy,
+    ledger: Ledger,
+    state_dir: Path,
+    device: int,
+    shortfall: Callable[[], int],
+) -> Report | None:
+    """Evict caches on volume ``device`` to cover a refused reservation's shortfall.
+
+    ``shortfall()`` is asked again once the tree locks are held: another process may have made
+    the room meanwhile. Returns None when there was nothing to do.
+    """
+    from janitor.space import device_of
+
+    trees = []
+    for t in policy.trees.values():
+        if t.role != "cache":
+            continue
+        try:
+            if device_of(t.path) == device:
+                trees.append(t)
+        except OSError:
+            continue
+    if not trees:
+        return None
+    prepare_leases()
+    with tree_locks(state_dir, [t.name for t in trees]):
+        need = shortfall()
+        if need <= 0:
+            return None
+        now = time.time()
+        scanned = [s for s in _scan_trees(ledger, trees, None) if s[0].exists]
+        if not scanned:
+            return None
+        protection = _protection(ledger, [u for _, us, _ in scanned for u in us], {device}, now)
+        plan = plan_pressure(scanned, need, protection=protection, now=now, reason="make-room")
+        if not plan.items:
+            return None
+        return apply(plan, ledger=ledger, open_set=protection.open)

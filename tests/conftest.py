@@ -1,0 +1,440 @@
+"""Shared fixtures for the space-janitor test suites.
+
+Everything here is real: tmpfs volumes mounted for the test (root only), real files with real
+allocated blocks, the real ``janitor`` console script in a subprocess. Nothing touches the real
+home folder: :func:`janitor_env` (autouse) points ``HOME``, every ``XDG_*`` dir, ``TMPDIR`` and
+``JANITOR_STATE_DIR`` into the test's ``tmp_path``.
+
+Fixtures (all function scoped):
+
+``janitor_env``       the isolated environment (autouse); a :class:`JanitorEnv` with its folders.
+``tmpfs``             ``tmpfs("64m") -> Path``: mount a fresh tmpfs under tmp_path (unmounted after).
+``write_policy``      ``write_policy(trees={...}, floor="4MiB") -> Path``: a small TOML policy.
+``managed_volume``    ``managed_volume(size="64m", floor="8MiB") -> Volume``: tmpfs + tree + policy.
+``run_cli``           ``run_cli("status", "--json") -> CompletedProcess``: the real console script.
+``fill``              ``fill(path, nbytes)``: write real (non-sparse) bytes to a file.
+``fill_until_full``   ``fill_until_full(path) -> int``: write until the volume says ENOSPC.
+``free_bytes``        ``free_bytes(path) -> int``: ``f_bavail * f_frsize`` from a fresh statvfs.
+``ledger_dump``       ``ledger_dump(path) -> list[str]``: the ledger's logical content (iterdump).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MiB = 1024 * 1024
+
+#: The console script installed next to the interpreter running the tests.
+JANITOR_BIN = Path(sys.executable).parent / "janitor"
+
+
+# -- isolated environment -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JanitorEnv:
+    """The folders the isolated environment points the janitor at (all inside tmp_path)."""
+
+    root: Path
+    home: Path
+    tmp: Path
+    state_dir: Path
+    config_home: Path
+    data_home: Path
+    state_home: Path
+    cache_home: Path
+    runtime_dir: Path
+
+    @property
+    def ledger(self) -> Path:
+        """Where the ledger lives with ``JANITOR_STATE_DIR`` as set by the fixture."""
+        return self.state_dir / "ledger.sqlite3"
+
+    @property
+    def config_file(self) -> Path:
+        """The default config file location (``$XDG_CONFIG_HOME/space-janitor/config.toml``)."""
+        return self.config_home / "space-janitor" / "config.toml"
+
+
+@pytest.fixture(autouse=True)
+def janitor_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JanitorEnv:
+    """Point HOME, XDG_*, TMPDIR and JANITOR_STATE_DIR into ``tmp_path/env``; unset the rest.
+
+    The state dir is a plain folder on tmp_path's filesystem, never on a tmpfs under test, so
+    the ledger's own writes never change a tested volume's free space. ``JANITOR_CONFIG``,
+    ``JANITOR_POLICY`` (and every other ``JANITOR_*``) and ``BATCHALIGN_MEDIA_CACHE_DIR`` are
+    removed. ``tempfile``'s cached temp dir is reset so ``{tmp}`` follows the new ``TMPDIR``.
+    Subprocesses inherit all of it through ``os.environ``.
+    """
+    root = tmp_path / "env"
+    env = JanitorEnv(
+        root=root,
+        home=root / "home",
+        tmp=root / "tmp",
+        state_dir=root / "state",
+        config_home=root / "xdg" / "config",
+        data_home=root / "xdg" / "data",
+        state_home=root / "xdg" / "state",
+        cache_home=root / "xdg" / "cache",
+        runtime_dir=root / "xdg" / "runtime",
+    )
+    for folder in (env.home, env.tmp, env.config_home, env.data_home, env.cache_home):
+        folder.mkdir(parents=True)
+    env.runtime_dir.mkdir(parents=True, mode=0o700)
+    for name in list(os.environ):
+        if name.startswith("JANITOR_"):
+            monkeypatch.delenv(name)
+    monkeypatch.delenv("BATCHALIGN_MEDIA_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(env.home))
+    monkeypatch.setenv("TMPDIR", str(env.tmp))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(env.config_home))
+    monkeypatch.setenv("XDG_DATA_HOME", str(env.data_home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(env.state_home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(env.cache_home))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(env.runtime_dir))
+    monkeypatch.setenv("JANITOR_STATE_DIR", str(env.state_dir))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    return env
+
+
+# -- tmpfs ----------------------------------------------------------------------------------------
+
+
+def _unmount(mount: Path) -> None:
+    done = subprocess.run(["umount", str(mount)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        # Something (a leaked SQLite connection, a killed child's open file) still holds it:
+        # detach now, the kernel frees it once the last user lets go.
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """Factory: ``tmpfs(size="64m", name=None, options="") -> Path`` mounts a fresh tmpfs.
+
+    ``size`` is anything mount(8) takes (``"64m"``, ``"1m"``, bytes as int). ``options`` are
+    extra comma-separated mount options (e.g. ``"ro"``). Each mount lives under ``tmp_path``
+    and is unmounted at teardown (lazily if still busy). Skips the test when not root or when
+    the mount fails (e.g. in an unprivileged container), with the reason.
+    """
+    mounted: list[Path] = []
+
+    def mount(size: str | int = "64m", name: str | None = None, options: str = "") -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root")
+        where = tmp_path / (name or f"tmpfs{len(mounted)}")
+        where.mkdir(parents=True, exist_ok=True)
+        opts = f"size={size}" + (f",{options}" if options else "")
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs at {where}: {done.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in reversed(mounted):
+        _unmount(where)
+
+
+def remount(mount: Path, options: str) -> None:
+    """``mount -o remount,OPTIONS MOUNT`` (e.g. ``"ro"``); fails the test if it does not work."""
+    subprocess.run(["mount", "-o", f"remount,{options}", str(mount)], check=True)
+
+
+@pytest.fixture
+def remount_tmpfs() -> Callable[[Path, str], None]:
+    """``remount_tmpfs(mount, "ro")``: remount a tmpfs from :func:`tmpfs` with new options."""
+    return remount
+
+
+# -- files and space --------------------------------------------------------------------------------
+
+
+def fill_file(path: Path, nbytes: int, *, chunk: int = MiB) -> Path:
+    """Append ``nbytes`` of real data to ``path`` (created with its parents) and fsync it.
+
+    The bytes are written, never seeked over, so the file is not sparse and its ``st_blocks``
+    count all of them.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    block = (os.urandom(64) * (chunk // 64 + 1))[:chunk]
+    with open(path, "ab") as fh:
+        left = nbytes
+        while left > 0:
+            n = min(left, chunk)
+            fh.write(block[:n])
+            left -= n
+        fh.flush()
+        os.fsync(fh.fileno())
+    return path
+
+
+def free_of(path: Path) -> int:
+    """Bytes free to an unprivileged writer on ``path``'s volume: ``f_bavail * f_frsize``."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def total_of(path: Path) -> int:
+    """Size of ``path``'s volume: ``f_blocks * f_frsize``."""
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize
+
+
+@pytest.fixture
+def fill() -> Callable[..., Path]:
+    """``fill(path, nbytes)``: write ``nbytes`` of real bytes to ``path`` (appends; fsynced)."""
+    return fill_file
+
+
+@pytest.fixture
+def fill_until_full() -> Callable[[Path], int]:
+    """``fill_until_full(path) -> int``: write to ``path`` until ENOSPC; returns bytes written."""
+
+    def run(path: Path) -> int:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        written = 0
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            for size in (MiB, 64 * 1024, 4096, 512, 1):
+                block = b"\x5a" * size
+                while True:
+                    try:
+                        n = os.write(fd, block)
+                    except OSError as exc:
+                        if exc.errno != errno.ENOSPC:
+                            raise
+                        break
+                    written += n
+                    if n < size:
+                        break
+        finally:
+            os.close(fd)
+        return written
+
+    return run
+
+
+@pytest.fixture
+def free_bytes() -> Callable[[Path], int]:
+    """``free_bytes(path) -> int``: ``f_bavail * f_frsize`` of ``path``'s volume, read now."""
+    return free_of
+
+
+# -- policies ------------------------------------------------------------------------------------
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str | os.PathLike):
+        text = os.fspath(value)
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def _toml_table(name: str, body: Mapping[str, Any]) -> str:
+    lines = [f"[{name}]"]
+    lines += [f"{key} = {_toml_value(value)}" for key, value in body.items()]
+    return "\n".join(lines) + "\n"
+
+
+def policy_text(
+    trees: Mapping[str, Mapping[str, Any] | str | os.PathLike[str]],
+    *,
+    floor: str | int | None = "4MiB",
+    volume: Mapping[str, Any] | None = None,
+) -> str:
+    """TOML text of a policy: a ``[volume]`` table and one ``[trees.NAME]`` table per tree.
+
+    A tree given as a plain path is ``role = "cache"`` with ``quota = "10MiB"``, as in the
+    issue's minimal example. ``volume`` adds keys to ``[volume]`` (``free_low`` ...).
+    """
+    vol: dict[str, Any] = {} if floor is None else {"floor": floor}
+    vol.update(volume or {})
+    parts = [_toml_table("volume", vol)] if vol else []
+    for name, spec in trees.items():
+        if isinstance(spec, str | os.PathLike):
+            body: Mapping[str, Any] = {"role": "cache", "path": os.fspath(spec), "quota": "10MiB"}
+        else:
+            body = spec
+        parts.append(_toml_table(f"trees.{name}", body))
+    return "\n".join(parts)
+
+
+@pytest.fixture
+def write_policy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Path]:
+    """``write_policy(trees={...}, floor="4MiB", volume=None, name="policy.toml", activate=True)``.
+
+    Writes a small TOML policy under ``tmp_path/policies`` and returns its path. ``trees`` maps a
+    tree name to a table (``{"role": "scratch", "path": ..., ...}``) or just a path (a cache with
+    a 10MiB quota). With ``activate`` (default) ``JANITOR_POLICY`` points at it, so the CLI and
+    ``Janitor.from_settings()`` use it without flags.
+    """
+    folder = tmp_path / "policies"
+
+    def write(
+        trees: Mapping[str, Mapping[str, Any] | str | os.PathLike[str]] | None = None,
+        *,
+        floor: str | int | None = "4MiB",
+        volume: Mapping[str, Any] | None = None,
+        name: str = "policy.toml",
+        activate: bool = True,
+    ) -> Path:
+        folder.mkdir(exist_ok=True)
+        path = folder / name
+        path.write_text(policy_text(trees or {}, floor=floor, volume=volume))
+        if activate:
+            monkeypatch.setenv("JANITOR_POLICY", str(path))
+        return path
+
+    return write
+
+
+@dataclass
+class Volume:
+    """A tmpfs with one managed cache tree ``t`` (``mount/t``) and a policy that names it."""
+
+    mount: Path
+    tree: Path
+    policy: Path
+    floor_spec: str
+    tree_name: str = "t"
+    _janitors: list[Any] = field(default_factory=list)
+
+    def janitor(self) -> Any:
+        """A ``Janitor`` on this volume's policy and the isolated state dir."""
+        from janitor import Janitor
+
+        jan = Janitor.from_settings(policy=self.policy)
+        self._janitors.append(jan)
+        return jan
+
+    def free(self) -> int:
+        """``f_bavail * f_frsize`` of the tmpfs, read now."""
+        return free_of(self.mount)
+
+    def total(self) -> int:
+        """``f_blocks * f_frsize`` of the tmpfs."""
+        return total_of(self.mount)
+
+
+@pytest.fixture
+def managed_volume(
+    tmpfs: Callable[..., Path], write_policy: Callable[..., Path]
+) -> Iterator[Callable[..., Volume]]:
+    """``managed_volume(size="64m", floor="8MiB", quota="32MiB") -> Volume``.
+
+    Mounts a tmpfs, makes the tree folder ``t`` on it, and writes (and activates) a policy with
+    that floor and one cache tree ``t``. The ledger stays in the isolated state dir, off the
+    tmpfs, so the tmpfs's free space only changes when the test writes to it.
+    """
+    made: list[Volume] = []
+
+    def make(size: str = "64m", floor: str = "8MiB", quota: str = "32MiB") -> Volume:
+        mount = tmpfs(size)
+        tree = mount / "t"
+        tree.mkdir()
+        policy = write_policy(
+            {"t": {"role": "cache", "path": str(tree), "quota": quota}}, floor=floor
+        )
+        vol = Volume(mount=mount, tree=tree, policy=policy, floor_spec=floor)
+        made.append(vol)
+        return vol
+
+    yield make
+    for vol in made:
+        for jan in vol._janitors:
+            jan.ledger.close()
+
+
+# -- the console script ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``run_cli(*args, env=None, cwd=None, timeout=60) -> CompletedProcess[str]``.
+
+    Runs the real ``janitor`` console script (the one next to ``sys.executable``) with
+    ``subprocess.run``, capturing text stdout and stderr; never raises on a non-zero exit.
+    The child inherits the isolated ``os.environ``; ``env`` adds to it, and a ``None`` value
+    removes a variable. The child's parent process is the test process.
+    """
+    assert JANITOR_BIN.exists(), f"console script {JANITOR_BIN} is not installed"
+
+    def run(
+        *args: str | os.PathLike[str],
+        env: Mapping[str, str | None] | None = None,
+        cwd: Path | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        child_env = dict(os.environ)
+        for key, value in (env or {}).items():
+            if value is None:
+                child_env.pop(key, None)
+            else:
+                child_env[key] = value
+        return subprocess.run(
+            [str(JANITOR_BIN), *map(os.fspath, args)],
+            capture_output=True,
+            text=True,
+            env=child_env,
+            cwd=cwd,
+            timeout=timeout,
+            check=False,
+        )
+
+    return run
+
+
+# -- the ledger ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ledger_dump() -> Callable[[Path], list[str]]:
+    """``ledger_dump(path) -> list[str]``: the ledger's SQL dump, read through a ro connection."""
+
+    def dump(path: Path) -> list[str]:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return list(conn.iterdump())
+        finally:
+            conn.close()
+
+    return dump
+
+
+def one_line_error(stderr: str) -> str:
+    """Assert ``stderr`` is exactly one line and no traceback; returns that line."""
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{stderr}"
+    return lines[0]
+
+
+@pytest.fixture
+def assert_one_line() -> Callable[[str], str]:
+    """``assert_one_line(stderr) -> str``: one line on stderr, no traceback; returns the line."""
+    return one_line_error

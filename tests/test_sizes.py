@@ -1,0 +1,197 @@
+"""Sizes and durations as people type them: 1024-based, strict, one-line ConfigError otherwise."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from janitor.errors import ConfigError, JanitorError
+from janitor.sizes import format_duration, format_size, parse_duration, parse_size
+
+KiB, MiB, GiB, TiB = 1024, 1024**2, 1024**3, 1024**4
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2048", 2048),
+        ("1", 1),
+        ("2048B", 2048),
+        ("10MiB", 10 * MiB),
+        ("500M", 500 * MiB),
+        ("500m", 500 * MiB),
+        ("2G", 2 * GiB),
+        ("2GB", 2 * GiB),
+        ("2Gi", 2 * GiB),
+        ("1.5GiB", GiB + GiB // 2),
+        ("1.5 GiB", GiB + GiB // 2),
+        ("  4k ", 4 * KiB),
+        ("1KiB", KiB),
+        ("3T", 3 * TiB),
+        (".5M", MiB // 2),
+        (4096, 4096),
+    ],
+)
+def test_parse_size_accepts_the_documented_spellings(text: str | int, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0",
+        "0M",
+        "0.0001K",  # rounds down to zero bytes
+        0,
+        "-1",
+        "-5M",
+        -1,
+        "",
+        "   ",
+        "abc",
+        "5 apples",
+        "GiB",
+        "1.2.3",
+        "1iB",
+        "5%",
+        "1e3",
+        "ten MiB",
+        True,
+    ],
+)
+def test_parse_size_refuses_zero_negative_and_garbage(text: str | int) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_size(text)
+    message = str(info.value)
+    assert "\n" not in message
+    assert repr(text) in message
+    assert isinstance(info.value, JanitorError)
+    assert isinstance(info.value, ValueError)
+    assert info.value.exit_code == 2
+
+
+def test_parse_size_zero_only_when_allowed() -> None:
+    assert parse_size("0", allow_zero=True) == 0
+    assert parse_size(0, allow_zero=True) == 0
+    with pytest.raises(ConfigError):
+        parse_size("-1", allow_zero=True)
+
+
+def test_parse_size_names_what_is_being_parsed() -> None:
+    with pytest.raises(ConfigError, match="reservation size 'x'"):
+        parse_size("x", what="reservation size")
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1 KiB"),
+        (1536, "1.5 KiB"),
+        (10 * MiB, "10 MiB"),
+        (GiB + GiB // 2, "1.5 GiB"),
+        (2048 * TiB, "2048 TiB"),
+        (-2 * MiB, "-2 MiB"),
+    ],
+)
+def test_format_size(n: int, text: str) -> None:
+    assert format_size(n) == text
+
+
+_UNIT_SIZES = {"": 1, "K": KiB, "KiB": KiB, "M": MiB, "MiB": MiB, "G": GiB, "GiB": GiB}
+
+
+@given(st.integers(min_value=1, max_value=2**53))
+def test_plain_bytes_round_trip(n: int) -> None:
+    assert parse_size(str(n)) == n
+
+
+@pytest.mark.parametrize("n", [2**53 + 1, 10**17 + 3, 2**62 + 1])
+def test_plain_bytes_are_exact_beyond_float_precision(n: int) -> None:
+    """A plain byte count is an integer: it must not go through a float and lose its last digits.
+
+    BUG (janitor/sizes.py parse_size): ``float(number) * unit`` rounds above 2**53.
+    """
+    assert parse_size(str(n)) == n
+    assert parse_size(f"{n}B") == n
+
+
+@given(st.integers(min_value=1, max_value=10**6), st.sampled_from(sorted(_UNIT_SIZES)))
+def test_integer_with_unit_is_exact(k: int, unit: str) -> None:
+    assert parse_size(f"{k}{unit}") == k * _UNIT_SIZES[unit]
+
+
+@given(st.integers(min_value=1, max_value=2**60))
+def test_format_then_parse_is_within_rounding(n: int) -> None:
+    """format_size keeps one decimal of the largest unit: at most 5 % off, never more."""
+    back = parse_size(format_size(n))
+    assert abs(back - n) <= n * 0.05 + 1
+
+
+@given(st.integers(min_value=1, max_value=1023))
+def test_small_sizes_format_exactly(n: int) -> None:
+    assert parse_size(format_size(n)) == n
+
+
+# -- durations -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90.0),
+        ("30m", 1800.0),
+        ("2h", 7200.0),
+        ("7d", 7 * 86400.0),
+        ("1w", 604800.0),
+        ("1h30m", 5400.0),
+        ("1h 30m", 5400.0),
+        ("250ms", 0.25),
+        ("42", 42.0),
+        ("0.5", 0.5),
+        ("1.5h", 5400.0),
+        (12, 12.0),
+        (2.5, 2.5),
+    ],
+)
+def test_parse_duration(text: str | float, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "abc", "-5m", "-1", -1, "5 apples", "1h30", "m", "nan", "inf", "10 parsecs", True],
+)
+def test_parse_duration_refuses_garbage_and_negative(text: str | float) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_duration(text)
+    assert "\n" not in str(info.value)
+
+
+@given(
+    st.integers(min_value=0, max_value=100),
+    st.integers(min_value=0, max_value=59),
+    st.integers(min_value=0, max_value=59),
+)
+def test_compound_durations_add_up(h: int, m: int, s: int) -> None:
+    assert parse_duration(f"{h}h{m}m{s}s") == h * 3600 + m * 60 + s
+
+
+@given(st.integers(min_value=0, max_value=10**7))
+def test_format_duration_parses_back_within_its_two_units(seconds: int) -> None:
+    """format_duration keeps the two largest units; parsing it back loses only the rest."""
+    back = parse_duration(format_duration(seconds))
+    assert back <= seconds
+    largest = next(u for u in (86400, 3600, 60, 1) if seconds >= u) if seconds else 1
+    # Two units kept: what is lost is less than one unit of the second-largest kind.
+    assert seconds - back < max(1, largest // {86400: 24, 3600: 60, 60: 60, 1: 1}[largest])
+
+
+def test_format_duration_examples() -> None:
+    assert format_duration(5400) == "1h30m"
+    assert format_duration(42.5) == "42s"
+    assert format_duration(0.25) == "250ms"
+    assert format_duration(0) == "0ms"
+    assert format_duration(-90) == "-1m30s"
