@@ -118,9 +118,16 @@ def reserve(
         int | None,
         typer.Option(help="Process whose exit ends it (default: the one that ran janitor)."),
     ] = None,
+    no_evict: Annotated[
+        bool, typer.Option("--no-evict", help="Refuse rather than evict caches to make room.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Reserve SIZE bytes on TREE's volume; prints the reservation id (exit 75 if refused)."""
+    """Reserve SIZE bytes on TREE's volume; prints the reservation id (exit 75 if refused).
+
+    When it does not fit, least-recently-used cache entries on the same volume are evicted
+    first to cover the shortfall (unless --no-evict).
+    """
     from janitor.errors import ReservationRefused
     from janitor.sizes import format_duration, format_size
 
@@ -134,6 +141,7 @@ def reserve(
             ttl=ttl,
             wait=wait,
             owner_pid=os.getppid() if owner_pid is None else owner_pid,
+            evict=not no_evict,
         )
     except ReservationRefused as exc:
         if as_json:
@@ -286,6 +294,252 @@ def _render_status(st: Status) -> None:
             r.path or "-",
         )
     console.print(rt)
+
+
+@app.command()
+def sweep(
+    tree: Annotated[str | None, typer.Argument(help="Only this tree (default: all).")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="Print the plan; delete nothing.")
+    ] = False,
+    no_pressure: Annotated[
+        bool, typer.Option("--no-pressure", help="Skip volume-pressure eviction.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Evict what the policy says (quota, age, orphan, pressure) and report what was done.
+
+    Exit 1 when a cache stays above its low watermark because too little could be evicted.
+    """
+    jan = _janitor()
+    progress, stop = _progress()
+    try:
+        result = jan.sweep(tree, dry_run=dry_run, pressure=not no_pressure, progress=progress)
+    finally:
+        stop()
+    data = _sweep_dict(result)
+    if as_json:
+        _print_json(data)
+    else:
+        _render_sweep(data)
+    for warning in result.report.warnings:
+        _say(f"warning: {warning}")
+    if not all(t["reaches_target"] for t in data["trees"]):
+        raise typer.Exit(EXIT_PROBLEM)
+
+
+def _progress() -> tuple[Any, Any]:
+    """A rich progress line on a terminal's stderr while scanning; nothing otherwise."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn
+
+    bar = Progress(
+        SpinnerColumn(),
+        TextColumn("scanning {task.fields[tree]}: {task.completed:,} entries"),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    tasks: dict[str, Any] = {}
+    bar.start()
+
+    def update(tree: str, n: int) -> None:
+        if tree not in tasks:
+            tasks[tree] = bar.add_task("scan", tree=tree, total=None)
+        bar.update(tasks[tree], completed=n)
+
+    return update, bar.stop
+
+
+def _sweep_dict(result: Any) -> dict[str, Any]:
+    from janitor.scan import display_path
+
+    report = result.report
+    items = []
+    for o in report.outcomes:
+        items.append(
+            {
+                "tree": o.item.tree,
+                "path": display_path(o.item.unit.path),
+                "kind": o.item.unit.kind,
+                "reason": o.item.reason,
+                "bytes": o.item.size,
+                "last_use": o.item.last_use,
+                "deleted": o.deleted,
+                "files": o.files,
+                "skipped": None if report.dry_run else o.skipped,
+            }
+        )
+    trees = [
+        {
+            "tree": t.tree,
+            "role": t.role,
+            "path": display_path(t.root),
+            "usage": t.usage,
+            "units": t.units,
+            "quota": t.quota,
+            "low_watermark": t.low_watermark,
+            "planned": t.planned,
+            "reaches_target": t.reaches_target,
+            "kept": dict(t.kept),
+        }
+        for t in result.plan.trees
+    ]
+    return {
+        "dry_run": report.dry_run,
+        "planned_bytes": result.plan.bytes,
+        "deleted_bytes": report.deleted_bytes,
+        "reclaimed_bytes": report.reclaimed_bytes,
+        "items": items,
+        "trees": trees,
+        "volumes": [
+            {
+                "mount": v.mount,
+                "free_before": v.free_before,
+                "free_after": v.free_after,
+                "reclaimed": v.reclaimed,
+            }
+            for v in report.volumes
+        ],
+        "warnings": list(report.warnings),
+    }
+
+
+def _render_sweep(data: dict[str, Any]) -> None:
+    import time
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from janitor.sizes import format_duration, format_size
+
+    console = Console()
+    now = time.time()
+    if data["items"]:
+        title = "Plan (dry run: nothing deleted)" if data["dry_run"] else "Swept"
+        table = Table(title=title, title_justify="left")
+        for col in ("tree", "why", "size", "last use", "result", "path"):
+            table.add_column(col, justify="right" if col in ("size", "last use") else "left")
+        for it in data["items"]:
+            if data["dry_run"]:
+                result = "would delete"
+            elif it["deleted"]:
+                result = "[green]deleted[/]"
+            else:
+                result = f"[yellow]kept: {it['skipped']}[/]"
+            table.add_row(
+                it["tree"],
+                it["reason"],
+                format_size(it["bytes"]),
+                format_duration(now - it["last_use"]) + " ago",
+                result,
+                it["path"],
+            )
+        console.print(table)
+    for t in data["trees"]:
+        kept = ", ".join(f"{v} {k}" for k, v in t["kept"].items())
+        quota = f" of {format_size(t['quota'])}" if t["quota"] is not None else ""
+        line = (
+            f"{t['tree']}: {format_size(t['usage'])}{quota} in {t['units']} units; "
+            f"{'would free' if data['dry_run'] else 'planned'} {format_size(t['planned'])}"
+        )
+        if kept:
+            line += f"; kept {kept}"
+        if not t["reaches_target"]:
+            line += " [bold red](cannot reach the low watermark)[/]"
+        console.print(line)
+    if not data["dry_run"]:
+        console.print(
+            f"deleted {format_size(data['deleted_bytes'])}, free space grew by "
+            f"{format_size(data['reclaimed_bytes'])}"
+        )
+
+
+@app.command("log")
+def log_(
+    since: Annotated[
+        str | None, typer.Option(help="Only entries newer than this (1h, 2d).")
+    ] = None,
+    event: Annotated[
+        list[str] | None,
+        typer.Option(help="Only these events: grant, refuse, release, delete, ..."),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the last N entries.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What the janitor granted, refused, released and deleted, oldest first."""
+    import time
+
+    from janitor.ledger import Ledger
+    from janitor.settings import Settings
+    from janitor.sizes import format_size, parse_duration
+
+    # The log needs no policy: it reads the ledger alone.
+    settings = Settings.load(_G.config, policy=_G.policy)
+    ledger = Ledger(settings.ledger_path, lock_timeout=settings.lock_timeout_s)
+    cutoff = None if since is None else time.time() - parse_duration(since, what="--since")
+    entries = ledger.entries(since=cutoff, events=tuple(event or ()), limit=limit)
+    if as_json:
+        _print_json(
+            [
+                {
+                    "id": e.id,
+                    "time": e.ts,
+                    "event": e.event,
+                    "tree": e.tree,
+                    "reservation": e.reservation,
+                    "bytes": e.bytes,
+                    "path": e.path,
+                    "detail": e.detail,
+                }
+                for e in entries
+            ]
+        )
+        return
+    for e in entries:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.ts))
+        size = format_size(e.bytes) if e.bytes is not None else ""
+        what = " ".join(x for x in (e.tree or "", e.reservation or "", size, e.path or "") if x)
+        extra = e.detail.get("reason") or ""
+        print(f"{stamp}  {e.event:<8} {what}" + (f"  ({extra})" if extra else ""))
+
+
+@app.command()
+def touch(
+    paths: Annotated[list[Path], typer.Argument(help="Cache files that were just used.")],
+) -> None:
+    """Record a use of each PATH, so LRU eviction keeps it longer."""
+    _janitor().touch(*paths)
+    _say(f"touched {len(paths)} path{'s' if len(paths) != 1 else ''}")
+
+
+@app.command()
+def pin(
+    path: Annotated[Path, typer.Argument(help="Cache file or folder to protect.")],
+    owner_pid: Annotated[
+        int | None,
+        typer.Option(help="Process whose exit ends the pin (default: the one that ran janitor)."),
+    ] = None,
+    ttl: Annotated[str | None, typer.Option(help="End the pin after this long anyway.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Keep PATH from being evicted while the owner process lives; prints the pin id."""
+    p = _janitor().pin(path, owner_pid=os.getppid() if owner_pid is None else owner_pid, ttl=ttl)
+    if as_json:
+        _print_json(p.info.as_dict())
+    else:
+        print(p.id)
+    _say(f"pinned {p.info.path} for pid {p.info.owner_pid}; `janitor unpin {p.id}` to end it")
+
+
+@app.command()
+def unpin(
+    key: Annotated[str, typer.Argument(metavar="ID|PATH", help="Pin id, or a pinned path.")],
+) -> None:
+    """End a pin (by id), or every pin on a path."""
+    ended = _janitor().unpin(key)
+    _say(f"unpinned {', '.join(p.id for p in ended)}")
 
 
 @app.command()
