@@ -193,16 +193,29 @@ def renew(
 
 @app.command()
 def check(
-    tree: Annotated[str, typer.Argument(help="Tree whose volume would be written.")],
-    size: Annotated[str, typer.Argument(help="Bytes: 500M, 2G, 1.5GiB, 2048.")],
+    tree: Annotated[str | None, typer.Argument(help="Tree whose volume would be written.")] = None,
+    size: Annotated[str | None, typer.Argument(help="Bytes: 500M, 2G, 1.5GiB, 2048.")] = None,
     path: Annotated[Path | None, typer.Option(help="File or folder inside the tree.")] = None,
+    reservation: Annotated[
+        str | None,
+        typer.Option("--reservation", "-r", help="Instead: is this reservation at risk?"),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Would SIZE be granted now? Exit 0 yes, 1 yes but the volume is low, 75 no."""
+    """Would SIZE be granted now? Exit 0 yes, 1 yes but the volume is low, 75 no.
+
+    With --reservation ID: exit 75 when the reservation's volume is critical (stop the job),
+    0 otherwise.
+    """
     from janitor.sizes import format_size
     from janitor.status import level_of
 
     jan = _janitor()
+    if reservation is not None:
+        _check_reservation(jan, reservation, as_json)
+        return
+    if tree is None or size is None:
+        _fail("give TREE and SIZE, or --reservation ID", 2)
     d = jan.check(tree, size, path=path)
     vol = jan.policy.volume_policy(d.device)
     from janitor.space import volume_stats
@@ -221,6 +234,26 @@ def check(
     )
     if level != "ok":
         raise typer.Exit(EXIT_PROBLEM)
+
+
+def _check_reservation(jan: Janitor, rid: str, as_json: bool) -> None:
+    from janitor.errors import SpaceRisk
+
+    info = jan.get(rid)
+    risk = None
+    if info.state == "live":
+        try:
+            jan.check_risk(info)
+        except SpaceRisk as exc:
+            risk = str(exc)
+    if as_json:
+        _print_json({**info.as_dict(), "at_risk": risk})
+    if info.state != "live":
+        _fail(f"reservation {rid} is {info.state}, not live", 2)
+    if risk is not None:
+        _say(risk)
+        raise typer.Exit(EXIT_TEMPFAIL)
+    _say(f"reservation {rid} is live and not at risk")
 
 
 # -- status ----------------------------------------------------------------------------------
@@ -317,7 +350,7 @@ def sweep(
         result = jan.sweep(tree, dry_run=dry_run, pressure=not no_pressure, progress=progress)
     finally:
         stop()
-    data = _sweep_dict(result)
+    data = result.as_dict()
     if as_json:
         _print_json(data)
     else:
@@ -350,60 +383,6 @@ def _progress() -> tuple[Any, Any]:
         bar.update(tasks[tree], completed=n)
 
     return update, bar.stop
-
-
-def _sweep_dict(result: Any) -> dict[str, Any]:
-    from janitor.scan import display_path
-
-    report = result.report
-    items = []
-    for o in report.outcomes:
-        items.append(
-            {
-                "tree": o.item.tree,
-                "path": display_path(o.item.unit.path),
-                "kind": o.item.unit.kind,
-                "reason": o.item.reason,
-                "bytes": o.item.size,
-                "last_use": o.item.last_use,
-                "deleted": o.deleted,
-                "files": o.files,
-                "skipped": None if report.dry_run else o.skipped,
-            }
-        )
-    trees = [
-        {
-            "tree": t.tree,
-            "role": t.role,
-            "path": display_path(t.root),
-            "usage": t.usage,
-            "units": t.units,
-            "quota": t.quota,
-            "low_watermark": t.low_watermark,
-            "planned": t.planned,
-            "reaches_target": t.reaches_target,
-            "kept": dict(t.kept),
-        }
-        for t in result.plan.trees
-    ]
-    return {
-        "dry_run": report.dry_run,
-        "planned_bytes": result.plan.bytes,
-        "deleted_bytes": report.deleted_bytes,
-        "reclaimed_bytes": report.reclaimed_bytes,
-        "items": items,
-        "trees": trees,
-        "volumes": [
-            {
-                "mount": v.mount,
-                "free_before": v.free_before,
-                "free_after": v.free_after,
-                "reclaimed": v.reclaimed,
-            }
-            for v in report.volumes
-        ],
-        "warnings": list(report.warnings),
-    }
 
 
 def _render_sweep(data: dict[str, Any]) -> None:
@@ -540,6 +519,65 @@ def unpin(
     """End a pin (by id), or every pin on a path."""
     ended = _janitor().unpin(key)
     _say(f"unpinned {', '.join(p.id for p in ended)}")
+
+
+@app.command()
+def daemon(
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Log to the log file only.")] = False,
+) -> None:
+    """Run the janitor service in the foreground (launchd/systemd start it this way).
+
+    Watches the trees, samples volumes, forecasts ENOSPC risk, evicts under pressure, and serves
+    the HTTP API on a Unix socket. Stops cleanly on SIGTERM or Ctrl-C.
+    """
+    from janitor.daemon import Daemon
+    from janitor.settings import Settings
+
+    settings = Settings.load(_G.config, policy=_G.policy)
+    code = Daemon(settings, log_to_stderr=not quiet).run()
+    raise typer.Exit(code)
+
+
+@app.command()
+def emergency(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="Say what would be freed; delete nothing.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """The disk is full: free ballast, then evict caches, writing nothing to the ledger."""
+    from janitor.ledger import Ledger
+    from janitor.policy import load_policy
+    from janitor.settings import Settings
+    from janitor.sizes import format_size
+    from janitor.sweep import emergency as run_emergency
+
+    settings = Settings.load(_G.config, policy=_G.policy)
+    pol = load_policy(settings.policy_path, state_dir=settings.state_dir)
+    ledger = Ledger(settings.ledger_path, lock_timeout=settings.lock_timeout_s)
+    result = run_emergency(pol, ledger, settings.state_dir, dry_run=dry_run)
+    if as_json:
+        _print_json(
+            {
+                "dry_run": dry_run,
+                "ballast": [{"path": p, "bytes": n} for p, n in result.ballast],
+                "evicted_bytes": result.report.deleted_bytes,
+                "evicted_units": result.report.deleted_units,
+                "planned": [o.item.unit.path for o in result.report.outcomes],
+                "freed_bytes": result.freed,
+            }
+        )
+    verb = "would free" if dry_run else "freed"
+    ballast = sum(n for _, n in result.ballast)
+    if dry_run:
+        units = len(result.report.outcomes)
+        evicted = sum(o.item.size for o in result.report.outcomes)
+    else:
+        units, evicted = result.report.deleted_units, result.report.deleted_bytes
+    _say(
+        f"{verb} {format_size(ballast)} of ballast and {format_size(evicted)} "
+        f"in {units} cache units"
+    )
 
 
 @app.command()

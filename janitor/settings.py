@@ -97,6 +97,28 @@ class Settings(BaseSettings):
     lock_timeout_s: float = Field(
         default=30.0, gt=0, description="How long a ledger write may wait for another writer."
     )
+    sample_interval_s: float = Field(
+        default=2.0, gt=0, description="Daemon: how often each volume's free space is sampled."
+    )
+    sweep_interval_s: float = Field(default=300.0, gt=0, description="Daemon: full sweeps.")
+    reap_interval_s: float = Field(
+        default=10.0, gt=0, description="Daemon: ending reservations and pins of dead owners."
+    )
+    debounce_s: float = Field(
+        default=0.5, ge=0, description="Daemon: quiet time after file events before a sweep."
+    )
+    debounce_max_s: float = Field(
+        default=2.0, gt=0, description="Daemon: longest wait after the first file event."
+    )
+    settle_s: float = Field(
+        default=10.0, ge=0, description="Daemon: a better level must hold this long to show."
+    )
+    forecast_window_s: float = Field(
+        default=600.0, gt=0, description="Daemon: samples older than this are not fitted."
+    )
+    http_port: int | None = Field(
+        default=None, ge=1, le=65535, description="Daemon: also serve on 127.0.0.1:PORT."
+    )
 
     @field_validator("state_dir", "runtime_dir", "log_dir", "policy", "config", mode="after")
     @classmethod
@@ -128,6 +150,11 @@ class Settings(BaseSettings):
             return self.policy
         user = default_config_path().parent / "policy.toml"
         return user if user.is_file() else shipped_policy_path()
+
+    @property
+    def status_path(self) -> Path:
+        """The daemon's atomically replaced ``status.json`` in the runtime dir."""
+        return self.runtime_dir / "status.json"
 
     @property
     def socket_path(self) -> Path:

@@ -15,19 +15,20 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from janitor.errors import LedgerError
-from janitor.evict import Plan, Protection, Report, apply, plan_pressure, plan_tree
+from janitor.evict import Plan, Protection, Reason, Report, apply, plan_pressure, plan_tree
 from janitor.inuse import lock_held, open_inodes, prepare_leases
 from janitor.ledger import Ledger
 from janitor.pins import live_pins, reap_pins, touches_under
 from janitor.policy import Policy, TreePolicy
 from janitor.reserve import live_reservations, reap
-from janitor.scan import Snapshot, scan
+from janitor.scan import Snapshot, display_path, scan
 from janitor.space import volume_stats
 from janitor.units import Unit, group_units
 
-__all__ = ["SweepResult", "make_room", "run_sweep", "tree_locks"]
+__all__ = ["EmergencyResult", "SweepResult", "emergency", "make_room", "run_sweep", "tree_locks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +37,57 @@ class SweepResult:
 
     plan: Plan
     report: Report
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape of `janitor sweep --json` and ``POST /v1/sweep``."""
+        report = self.report
+        items = [
+            {
+                "tree": o.item.tree,
+                "path": display_path(o.item.unit.path),
+                "kind": o.item.unit.kind,
+                "reason": o.item.reason,
+                "bytes": o.item.size,
+                "last_use": o.item.last_use,
+                "deleted": o.deleted,
+                "files": o.files,
+                "skipped": None if report.dry_run else o.skipped,
+            }
+            for o in report.outcomes
+        ]
+        trees = [
+            {
+                "tree": t.tree,
+                "role": t.role,
+                "path": display_path(t.root),
+                "usage": t.usage,
+                "units": t.units,
+                "quota": t.quota,
+                "low_watermark": t.low_watermark,
+                "planned": t.planned,
+                "reaches_target": t.reaches_target,
+                "kept": dict(t.kept),
+            }
+            for t in self.plan.trees
+        ]
+        return {
+            "dry_run": report.dry_run,
+            "planned_bytes": self.plan.bytes,
+            "deleted_bytes": report.deleted_bytes,
+            "reclaimed_bytes": report.reclaimed_bytes,
+            "items": items,
+            "trees": trees,
+            "volumes": [
+                {
+                    "mount": v.mount,
+                    "free_before": v.free_before,
+                    "free_after": v.free_after,
+                    "reclaimed": v.reclaimed,
+                }
+                for v in report.volumes
+            ],
+            "warnings": list(report.warnings),
+        }
 
 
 @contextmanager
@@ -153,6 +205,8 @@ def make_room(
     state_dir: Path,
     device: int,
     shortfall: Callable[[], int],
+    *,
+    reason: Reason = "make-room",
 ) -> Report | None:
     """Evict caches on volume ``device`` to cover a refused reservation's shortfall.
 
@@ -182,7 +236,75 @@ def make_room(
         if not scanned:
             return None
         protection = _protection(ledger, [u for _, us, _ in scanned for u in us], {device}, now)
-        plan = plan_pressure(scanned, need, protection=protection, now=now, reason="make-room")
+        plan = plan_pressure(scanned, need, protection=protection, now=now, reason=reason)
         if not plan.items:
             return None
         return apply(plan, ledger=ledger, open_set=protection.open)
+
+
+@dataclass(frozen=True, slots=True)
+class EmergencyResult:
+    """What `janitor emergency` freed: ballast files, then cache units (nothing logged)."""
+
+    ballast: tuple[tuple[str, int], ...]
+    report: Report
+
+    @property
+    def freed(self) -> int:
+        """Bytes deleted: ballast plus evicted cache units."""
+        return sum(n for _, n in self.ballast) + self.report.deleted_bytes
+
+
+def emergency(
+    policy: Policy, ledger: Ledger, state_dir: Path, *, dry_run: bool = False
+) -> EmergencyResult:
+    """For a disk that is already full: free every ballast, then evict caches on each volume
+    below free_low until free_target, without writing to the ledger (it may not be writable).
+
+    Pins are still honoured (read from the ledger; reading needs no space), and every deleter
+    check still applies.
+    """
+    from janitor.ballast import Ballast, ballast_path
+    from janitor.space import device_of
+
+    by_device: dict[int, list[TreePolicy]] = {}
+    for t in policy.trees.values():
+        try:
+            by_device.setdefault(device_of(t.path), []).append(t)
+        except OSError:
+            continue
+    freed: list[tuple[str, int]] = []
+    for device, trees in by_device.items():
+        where = ballast_path(state_dir, [t.path for t in trees], device)
+        if where is None or not where.exists():
+            continue
+        size = os.lstat(where).st_blocks * 512
+        if not dry_run:
+            size = Ballast(where, size).release()
+        freed.append((str(where), size))
+    prepare_leases()
+    plan = Plan((), ())
+    now = time.time()
+    open_set: frozenset[tuple[int, int]] = frozenset()
+    for device, trees in by_device.items():
+        caches = [t for t in trees if t.role == "cache"]
+        if not caches:
+            continue
+        vs = volume_stats(caches[0].path)
+        _, free_low, free_target = policy.volume_policy(device).numbers(vs.total)
+        if vs.free >= free_low and not dry_run:
+            continue
+        scanned = [s for s in _scan_trees(ledger, caches, None) if s[0].exists]
+        try:
+            protection = _protection(ledger, [u for _, us, _ in scanned for u in us], {device}, now)
+        except LedgerError:
+            # An unreadable ledger: pins cannot be known, so only what no process holds goes.
+            units = [u for _, us, _ in scanned for u in us]
+            locked = frozenset(u.lock for u in units if u.lock and lock_held(u.lock))
+            protection = Protection(locked=locked, open=open_inodes({device}))
+        open_set = open_set | protection.open
+        need = max(free_target - vs.free, 0) if not dry_run else free_target - vs.free
+        part = plan_pressure(scanned, need, protection=protection, now=now, reason="pressure")
+        plan = plan.merged(part)
+    report = apply(plan, ledger=None, dry_run=dry_run, open_set=open_set)
+    return EmergencyResult(tuple(freed), report)

@@ -1,0 +1,726 @@
+"""`janitor daemon`: keeps every policy true without anyone calling it.
+
+It watches the trees (watchdog) and sweeps a cache the moment it passes its quota; samples each
+volume's free space, forecasts when it will reach the floor, and publishes a damped level; evicts
+caches under pressure; puts live reservations at risk and releases ballast when a volume turns
+critical; reaps what dead owners left; and serves the HTTP API on a Unix socket. One daemon per
+user: a lock in the runtime dir says who runs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import logging.handlers
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from janitor.ballast import Ballast, ballast_path
+from janitor.errors import EXIT_BAD_INPUT, JanitorError
+from janitor.events import EventBus
+from janitor.metrics import DaemonState, TreeState, VolumeState, registry_for
+from janitor.risk import LevelTracker, assess, finite, forecast
+
+if TYPE_CHECKING:
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from janitor.core import Janitor
+    from janitor.settings import Settings
+    from janitor.watch import TreeWatcher
+
+__all__ = ["Daemon", "DaemonRunning"]
+
+log = logging.getLogger("janitor.daemon")
+
+
+class DaemonRunning(JanitorError):
+    """Another daemon of this user already holds the lock."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class Daemon:
+    """The background service. ``run()`` blocks until SIGTERM/SIGINT (or ``stop()``)."""
+
+    def __init__(self, settings: Settings, *, log_to_stderr: bool = True) -> None:
+        from janitor import __version__
+
+        self.settings = settings
+        self.log_to_stderr = log_to_stderr
+        self.bus = EventBus()
+        self.state = DaemonState(pid=os.getpid(), started=time.time(), version=__version__)
+        self.registry = registry_for(self.state)
+        self.janitor: Janitor
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._lock_fd: int | None = None
+        self._scheduler: BackgroundScheduler | None = None
+        self._watcher: TreeWatcher | None = None
+        self._server: Any = None
+        self._server_thread: threading.Thread | None = None
+        self._trackers: dict[int, LevelTracker] = {}
+        self._ballast: dict[int, Ballast] = {}
+        self._dirty: set[str] = set()
+        self._pressure: set[int] = set()
+        self._dirty_lock = threading.Lock()
+        self._log_cursor = 0
+        self._policy_mtime = 0.0
+        self._sockets: list[socket.socket] = []
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Start everything, wait for a stop signal, stop everything; returns the exit code."""
+        from janitor.core import Janitor
+        from janitor.inuse import prepare_leases
+
+        self._acquire_lock()
+        try:
+            self._setup_logging()
+            self.janitor = Janitor.from_settings(self.settings)
+            self._policy_mtime = _mtime(self.settings.policy_path)
+            prepare_leases()
+            self._install_signals()
+            with self.janitor.ledger.read() as conn:
+                row = conn.execute("SELECT coalesce(max(id), 0) FROM log").fetchone()
+                self._log_cursor = int(row[0])
+            self._init_volumes()
+            self._start_watcher()
+            self._start_scheduler()
+            self._start_server()
+            log.info(
+                "janitor daemon %s started (pid %d, socket %s, policy %s)",
+                self.state.version,
+                os.getpid(),
+                self.settings.socket_path,
+                self.settings.policy_path,
+            )
+            self.bus.publish("started", pid=os.getpid())
+            while not self._stop.wait(0.2):
+                if self._server_thread is not None and not self._server_thread.is_alive():
+                    log.error("the API server stopped unexpectedly; shutting down")
+                    break
+            return 0
+        finally:
+            self._shutdown()
+
+    def stop(self) -> None:
+        """Ask ``run()`` to return (thread-safe; also what SIGTERM and SIGINT do)."""
+        self._stop.set()
+
+    def _acquire_lock(self) -> None:
+        runtime = self.settings.runtime_dir
+        runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = runtime / "daemon.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise DaemonRunning(
+                f"a janitor daemon already runs for this user (pid {holder}, socket "
+                f"{self.settings.socket_path}); stop it first or use its API"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _setup_logging(self) -> None:
+        root = logging.getLogger("janitor")
+        root.setLevel(logging.INFO)
+        fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        try:
+            self.settings.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fh = logging.handlers.RotatingFileHandler(
+                self.settings.log_dir / "daemon.log", maxBytes=5 * 1024 * 1024, backupCount=3
+            )
+            fh.setFormatter(fmt)
+            root.addHandler(fh)
+        except OSError as exc:
+            print(
+                f"janitor: warning: cannot write logs to {self.settings.log_dir}: {exc}",
+                file=sys.stderr,
+            )
+        if self.log_to_stderr:
+            sh = logging.StreamHandler(sys.stderr)
+            sh.setFormatter(fmt)
+            root.addHandler(sh)
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+    def _install_signals(self) -> None:
+        signal.signal(signal.SIGTERM, lambda *_: self.stop())
+        signal.signal(signal.SIGINT, lambda *_: self.stop())
+        signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+
+    def _shutdown(self) -> None:
+        self._stop.set()
+        self.bus.publish("stopping", pid=os.getpid())
+        self.bus.close()
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._scheduler is not None:
+            try:
+                self._scheduler.shutdown(wait=False)
+            except Exception:  # already stopped
+                pass
+        if self._watcher is not None:
+            self._watcher.stop(timeout=2.0)
+        if self._server_thread is not None:
+            self._server_thread.join(timeout=3.0)
+        for sock in self._sockets:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        for path in (self.settings.socket_path,):
+            try:
+                path.unlink()
+            except OSError:
+                pass
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        log.info("janitor daemon stopped")
+        for handler in list(logging.getLogger("janitor").handlers):
+            handler.close()
+            logging.getLogger("janitor").removeHandler(handler)
+
+    # -- volumes, ballast ----------------------------------------------------------------------
+
+    def _volume_trees(self) -> dict[int, list[Path]]:
+        from janitor.space import device_of
+
+        out: dict[int, list[Path]] = {}
+        for tree in self.janitor.policy.trees.values():
+            try:
+                out.setdefault(device_of(tree.path), []).append(tree.path)
+            except OSError:
+                continue
+        return out
+
+    def _init_volumes(self) -> None:
+        from janitor.sizes import format_size
+        from janitor.space import volume_stats
+
+        self._ballast.clear()
+        for device, roots in self._volume_trees().items():
+            vp = self.janitor.policy.volume_policy(device)
+            self._trackers.setdefault(device, LevelTracker(self.settings.settle_s))
+            if vp.ballast is None:
+                continue
+            vs = volume_stats(roots[0])
+            size = vp.ballast.resolve(vs.total)
+            where = ballast_path(self.settings.state_dir, roots, device)
+            if where is None or size <= 0:
+                log.warning("no place for ballast on %s; ballast disabled there", vs.mount)
+                continue
+            self._ballast[device] = Ballast(where, size)
+            log.info("ballast of %s on %s at %s", format_size(size), vs.mount, where)
+
+    def _manage_ballast(self, device: int, vs: VolumeState, level: str) -> None:
+        ballast = self._ballast.get(device)
+        if ballast is None:
+            return
+        present = ballast.present()
+        if level == "critical" and present:
+            freed = ballast.release()
+            log.warning("volume %s critical: released %d B of ballast", vs.mount, freed)
+            self.bus.publish("ballast-released", volume=vs.mount, bytes=freed)
+        elif (
+            not present
+            and level == "ok"
+            and vs.free - ballast.size >= vs.free_target
+            and ballast.create()
+        ):
+            log.info("ballast of %d B recreated on %s", ballast.size, vs.mount)
+            self.bus.publish("ballast-created", volume=vs.mount, bytes=ballast.size)
+        vs.ballast = ballast.size if ballast.present() else 0
+
+    # -- scheduled jobs ------------------------------------------------------------------------
+
+    def _start_scheduler(self) -> None:
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        s = self.settings
+        sched = BackgroundScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
+            timezone="UTC",
+        )
+        now = time.time()
+        sched.add_job(
+            self._guard(self.sample),
+            "interval",
+            seconds=s.sample_interval_s,
+            id="sample",
+            next_run_time=_dt(now),
+        )
+        sched.add_job(
+            self._guard(self.sweep_all),
+            "interval",
+            seconds=s.sweep_interval_s,
+            id="sweep",
+            next_run_time=_dt(now + 1),
+        )
+        sched.add_job(
+            self._guard(self.reap),
+            "interval",
+            seconds=s.reap_interval_s,
+            id="reap",
+            next_run_time=_dt(now + 0.5),
+        )
+        sched.add_job(self._guard(self.process_dirty), "interval", seconds=0.25, id="dirty")
+        sched.add_job(self._guard(self.check_policy), "interval", seconds=1.0, id="policy")
+        sched.add_job(self._guard(self.rearm), "interval", seconds=5.0, id="rearm")
+        sched.start()
+        self._scheduler = sched
+
+    def _guard(self, fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            if self._stop.is_set():
+                return
+            try:
+                fn()
+            except Exception:
+                log.exception("%s failed", fn.__name__)
+
+        run.__name__ = fn.__name__
+        return run
+
+    def sample(self) -> None:
+        """Sample every volume, forecast, update levels, act on changes, publish."""
+        from janitor.reserve import live_reservations
+        from janitor.space import volume_stats
+
+        now = time.time()
+        policy = self.janitor.policy
+        ledger = self.janitor.ledger
+        readings: dict[int, VolumeState] = {}
+        for device, roots in self._volume_trees().items():
+            vs_raw = volume_stats(roots[0])
+            vp = policy.volume_policy(device)
+            floor, free_low, free_target = vp.numbers(vs_raw.total)
+            readings[device] = VolumeState(
+                device=device,
+                mount=vs_raw.mount,
+                total=vs_raw.total,
+                free=vs_raw.free,
+                floor=floor,
+                free_low=free_low,
+                free_target=free_target,
+                horizon=vp.horizon,
+                updated=now,
+            )
+        cutoff = now - self.settings.forecast_window_s
+
+        def record(conn: Any) -> dict[int, list[tuple[float, int]]]:
+            series: dict[int, list[tuple[float, int]]] = {}
+            for device, vs in readings.items():
+                conn.execute(
+                    "INSERT INTO samples (device, ts, free, total) VALUES (?, ?, ?, ?)",
+                    (device, now, vs.free, vs.total),
+                )
+                rows = conn.execute(
+                    "SELECT ts, free FROM samples WHERE device = ? AND ts >= ? ORDER BY ts",
+                    (device, cutoff),
+                ).fetchall()
+                series[device] = [(float(t), int(f)) for t, f in rows]
+            return series
+
+        series = ledger.call(record)
+        with ledger.read() as conn:
+            live = live_reservations(conn, now=now)
+        changes: list[tuple[int, str, str]] = []
+        for device, vs in readings.items():
+            fc = forecast(series.get(device, []), vs.floor)
+            vs.fill_rate = round(fc.fill_rate, 3)
+            vs.eta_floor = finite(fc.eta_floor)
+            vs.eta_full = finite(fc.eta_full)
+            vs.confidence = fc.confidence
+            mine = [r for r in live if r.device == device]
+            vs.reserved = sum(r.outstanding for r in mine)
+            vs.live = len(mine)
+            tracker = self._trackers.setdefault(device, LevelTracker(self.settings.settle_s))
+            before = tracker.level
+            reading = assess(vs.free, vs.floor, vs.free_low, fc, horizon=vs.horizon)
+            if tracker.update(reading, now):
+                changes.append((device, before, tracker.level))
+            vs.level, vs.reason = tracker.level, tracker.reason
+            if reading.level != "ok" and vs.free < vs.free_low:
+                with self._dirty_lock:
+                    self._pressure.add(device)
+            self._manage_ballast(device, vs, tracker.level)
+        self._publish_levels(readings, changes, now)
+        with self.state.lock:
+            self.state.volumes = readings
+        self.tail_log()
+        self.write_status()
+
+    def _publish_levels(
+        self, readings: dict[int, VolumeState], changes: list[tuple[int, str, str]], now: float
+    ) -> None:
+        def write(conn: Any) -> list[tuple[str, str, str]]:
+            marked: list[tuple[str, str, str]] = []
+            for device, vs in readings.items():
+                conn.execute(
+                    "INSERT INTO volumes (device, mount, level, reason, fill_rate, eta_floor, "
+                    "eta_full, confidence, updated) VALUES (?,?,?,?,?,?,?,?,?) "
+                    "ON CONFLICT(device) DO UPDATE SET mount=excluded.mount, "
+                    "level=excluded.level, reason=excluded.reason, "
+                    "fill_rate=excluded.fill_rate, eta_floor=excluded.eta_floor, "
+                    "eta_full=excluded.eta_full, confidence=excluded.confidence, "
+                    "updated=excluded.updated",
+                    (
+                        device,
+                        vs.mount,
+                        vs.level,
+                        vs.reason,
+                        vs.fill_rate,
+                        vs.eta_floor,
+                        vs.eta_full,
+                        vs.confidence,
+                        now,
+                    ),
+                )
+                if vs.level == "critical":
+                    reason = f"volume {vs.mount} is critical: {vs.reason}"
+                    rows = conn.execute(
+                        "SELECT id, job FROM reservations WHERE state = 'live' AND device = ? "
+                        "AND at_risk IS NULL",
+                        (device,),
+                    ).fetchall()
+                    for rid, job in rows:
+                        conn.execute(
+                            "UPDATE reservations SET at_risk = ? WHERE id = ?", (reason, rid)
+                        )
+                        marked.append((rid, job or "", vs.mount))
+                else:
+                    conn.execute(
+                        "UPDATE reservations SET at_risk = NULL WHERE device = ? AND "
+                        "at_risk IS NOT NULL AND state = 'live'",
+                        (device,),
+                    )
+            return marked
+
+        marked = self.janitor.ledger.call(write)
+        for device, before, after in changes:
+            vs = readings[device]
+            log.warning("volume %s: level %s -> %s (%s)", vs.mount, before, after, vs.reason)
+            self.bus.publish(
+                "level",
+                volume=vs.mount,
+                level=after,
+                previous=before,
+                reason=vs.reason,
+                free=vs.free,
+                floor=vs.floor,
+                eta_floor=vs.eta_floor,
+            )
+        for rid, job, mount in marked:
+            log.warning("reservation %s (%s) put at risk on %s", rid, job, mount)
+            self.bus.publish("at-risk", reservation=rid, job=job, volume=mount)
+
+    def tail_log(self) -> None:
+        """Turn new ledger log lines into counters and events (refusals, evictions)."""
+        ledger = self.janitor.ledger
+        with ledger.read() as conn:
+            rows = conn.execute(
+                "SELECT id, event, tree, bytes, path, detail, reservation FROM log "
+                "WHERE id > ? ORDER BY id LIMIT 5000",
+                (self._log_cursor,),
+            ).fetchall()
+        if not rows:
+            return
+        self._log_cursor = int(rows[-1][0])
+        evicted: dict[tuple[str, str], list[int]] = {}
+        with self.state.lock:
+            for _, event, tree, nbytes, _path, detail, _rid in rows:
+                tree = tree or ""
+                if event == "grant":
+                    self.state.granted[tree] = self.state.granted.get(tree, 0) + 1
+                elif event == "refuse":
+                    self.state.refused[tree] = self.state.refused.get(tree, 0) + 1
+                elif event == "delete":
+                    reason = json.loads(detail or "{}").get("reason", "")
+                    key = (tree, reason)
+                    self.state.evicted_bytes[key] = self.state.evicted_bytes.get(key, 0) + (
+                        nbytes or 0
+                    )
+                    self.state.evicted_units[key] = self.state.evicted_units.get(key, 0) + 1
+                    agg = evicted.setdefault(key, [0, 0])
+                    agg[0] += 1
+                    agg[1] += nbytes or 0
+        for _, event, tree, nbytes, path, detail, _rid in rows:
+            if event == "refuse":
+                d = json.loads(detail or "{}")
+                self.bus.publish(
+                    "refused",
+                    tree=tree,
+                    bytes=nbytes,
+                    path=path,
+                    job=d.get("job"),
+                    free=d.get("free"),
+                    floor=d.get("floor"),
+                    reserved=d.get("reserved"),
+                )
+        for (tree, reason), (units, nbytes) in evicted.items():
+            self.bus.publish("evicted", tree=tree, reason=reason, units=units, bytes=nbytes)
+
+    def write_status(self) -> None:
+        """Replace status.json in the runtime dir atomically."""
+        data = self.snapshot()
+        path = self.settings.status_path
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh, indent=1)
+            os.replace(tmp, path)
+        except OSError as exc:
+            log.warning("cannot write %s: %s", path, exc)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The daemon's published view (status.json and part of ``GET /v1/status``)."""
+        data = self.state.snapshot()
+        with self.janitor.ledger.read() as conn:
+            from janitor.reserve import live_reservations
+
+            data["reservations"] = [r.as_dict() for r in live_reservations(conn)]
+        data["time"] = time.time()
+        data["policy"] = str(self.settings.policy_path)
+        data["socket"] = str(self.settings.socket_path)
+        return data
+
+    def sweep_all(self) -> None:
+        """The periodic full sweep (quotas, ages, orphans, pressure)."""
+        result = self.janitor.sweep()
+        self._record_sweep(result)
+
+    def _record_sweep(self, result: Any) -> None:
+        from janitor.space import mount_point
+
+        now = time.time()
+        watch = {w.tree: w for w in (self._watcher.status() if self._watcher else [])}
+        with self.state.lock:
+            for t in result.plan.trees:
+                if t.quota is None and t.role == "cache" and t.tree in self.state.trees:
+                    continue  # a pressure-only summary: keep the sweep's numbers
+                left = t.usage - sum(
+                    o.bytes for o in result.report.outcomes if o.deleted and o.item.tree == t.tree
+                )
+                w = watch.get(t.tree)
+                self.state.trees[t.tree] = TreeState(
+                    name=t.tree,
+                    role=t.role,
+                    mount=mount_point(t.root),
+                    usage=left,
+                    quota=t.quota,
+                    units=t.units,
+                    last_sweep=now,
+                    watch=w.mode if w else "polling",
+                    watch_reason=w.reason if w else "",
+                )
+        if result.report.deleted_units:
+            log.info(
+                "swept %d units, %d B (free space +%d B)",
+                result.report.deleted_units,
+                result.report.deleted_bytes,
+                result.report.reclaimed_bytes,
+            )
+        for warning in result.report.warnings:
+            log.warning("%s", warning)
+
+    def reap(self) -> None:
+        """End reservations and pins whose owners died or whose TTL passed."""
+        from janitor.pins import reap_pins
+        from janitor.reserve import reap
+
+        now = time.time()
+        ended = self.janitor.ledger.call(lambda conn: (reap(conn, now), reap_pins(conn, now)))
+        for info in ended[0]:
+            log.info("reservation %s ended: %s", info.id, info.state)
+
+    def on_dirty(self, tree: str) -> None:
+        """Called by the watcher once a tree's events settled."""
+        with self._dirty_lock:
+            self._dirty.add(tree)
+
+    def process_dirty(self) -> None:
+        """Sweep trees that changed, and evict under pressure where volumes are low."""
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, set()
+            pressure, self._pressure = self._pressure, set()
+        for tree in sorted(dirty):
+            if (
+                tree in self.janitor.policy.trees
+                and self.janitor.policy.trees[tree].role == "cache"
+            ):
+                self._record_sweep(self.janitor.sweep(tree, pressure=False))
+        for device in pressure:
+            self.relieve(device)
+
+    def relieve(self, device: int) -> None:
+        """Pressure eviction: caches on the volume until free >= free_target (Nix-style)."""
+        from janitor.space import volume_stats
+        from janitor.sweep import make_room
+
+        roots = self._volume_trees().get(device)
+        if not roots:
+            return
+        vp = self.janitor.policy.volume_policy(device)
+
+        def need() -> int:
+            vs = volume_stats(roots[0])
+            _, free_low, free_target = vp.numbers(vs.total)
+            return free_target - vs.free if vs.free < free_low else 0
+
+        report = make_room(
+            self.janitor.policy,
+            self.janitor.ledger,
+            self.settings.state_dir,
+            device,
+            need,
+            reason="pressure",
+        )
+        if report is not None and report.deleted_units:
+            log.warning(
+                "pressure eviction on device %d freed %d B in %d units",
+                device,
+                report.deleted_bytes,
+                report.deleted_units,
+            )
+
+    def check_policy(self) -> None:
+        """Reload the policy on SIGHUP or when its file changes; keep the old one if bad."""
+        mtime = _mtime(self.settings.policy_path)
+        if not self._reload.is_set() and mtime == self._policy_mtime:
+            return
+        self._reload.clear()
+        self._policy_mtime = mtime
+        from janitor.policy import load_policy
+
+        try:
+            policy = load_policy(self.settings.policy_path, state_dir=self.settings.state_dir)
+        except JanitorError as exc:
+            log.error("rejected the new policy, keeping the old one: %s", exc)
+            self.bus.publish("policy-rejected", reason=str(exc))
+            return
+        self.janitor.policy = policy
+        log.info("policy reloaded from %s (%d trees)", self.settings.policy_path, len(policy.trees))
+        self._init_volumes()
+        if self._watcher is not None:
+            self._watcher.stop(timeout=2.0)
+        self._start_watcher()
+        self.bus.publish("policy-reloaded", trees=sorted(policy.trees))
+
+    def rearm(self) -> None:
+        """Re-arm broken watches; sweep trees that are polled instead of watched."""
+        if self._watcher is None:
+            return
+        self._watcher.rearm()
+        for tree in self._watcher.polling():
+            self.on_dirty(tree)
+
+    def _start_watcher(self) -> None:
+        from janitor.watch import TreeWatcher
+
+        self._watcher = TreeWatcher(
+            list(self.janitor.policy.trees.values()),
+            self.on_dirty,
+            quiet_s=self.settings.debounce_s,
+            max_delay_s=self.settings.debounce_max_s,
+        )
+        self._watcher.start()
+        for w in self._watcher.status():
+            if w.mode != "watching":
+                log.warning("tree %s is polled, not watched: %s", w.tree, w.reason)
+
+    # -- the API server ------------------------------------------------------------------------
+
+    def _bind(self) -> list[socket.socket]:
+        path = self.settings.socket_path
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # We hold the daemon lock, so a socket file left here is a dead daemon's.
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        uds = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # created 0600: only this user may connect
+        try:
+            uds.bind(str(path))
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        uds.listen(128)
+        socks = [uds]
+        if self.settings.http_port is not None:
+            tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            tcp.bind(("127.0.0.1", self.settings.http_port))  # loopback only, by design
+            tcp.listen(128)
+            socks.append(tcp)
+        for s in socks:
+            s.set_inheritable(False)
+        return socks
+
+    def _start_server(self) -> None:
+        import asyncio
+
+        import uvicorn
+
+        from janitor.api import create_app
+
+        self._sockets = self._bind()
+        app = create_app(self)
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+            timeout_keep_alive=30,
+        )
+        server = uvicorn.Server(config)
+        self._server = server
+        started = threading.Event()
+
+        def serve() -> None:
+            async def main() -> None:
+                task = asyncio.create_task(server.serve(sockets=self._sockets))
+                while not server.started and not task.done():
+                    await asyncio.sleep(0.01)
+                started.set()
+                await task
+
+            try:
+                asyncio.run(main())
+            except BaseException:
+                log.exception("the API server failed")
+            finally:
+                started.set()
+
+        self._server_thread = threading.Thread(target=serve, name="janitor-api", daemon=True)
+        self._server_thread.start()
+        started.wait(10)
+
+
+def _dt(ts: float) -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ts, tz=UTC)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0

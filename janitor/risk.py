@@ -1,0 +1,130 @@
+"""ENOSPC risk: a smoothed fill rate from free-space samples, a forecast, and damped levels.
+
+Pure functions and small state machines, fed by the daemon's samples: ``forecast`` fits the
+recent samples by least squares (weighting newer ones more), and ``LevelTracker`` turns
+readings into ``ok``/``warn``/``critical`` with hysteresis, so a volume hovering at a threshold
+does not flap: a worse level takes effect at once, a better one only after it held for
+``settle_s``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from janitor.status import Level
+
+__all__ = ["Forecast", "LevelTracker", "Reading", "assess", "finite", "forecast"]
+
+_ORDER: dict[str, int] = {"ok": 0, "warn": 1, "critical": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    """Where a volume's free space is heading.
+
+    ``fill_rate``: bytes per second being consumed (negative while space is freed).
+    ``eta_floor`` / ``eta_full``: seconds until free space reaches the floor / zero at that rate
+    (None when it is not falling). ``confidence``: 0..1, low with few samples or a noisy fit.
+    """
+
+    fill_rate: float
+    eta_floor: float | None
+    eta_full: float | None
+    confidence: float
+    samples: int
+
+
+def forecast(
+    samples: Sequence[tuple[float, int]], floor: int, *, half_life: float = 60.0
+) -> Forecast:
+    """Fit ``(time, free)`` samples (oldest first) and extrapolate to the floor and to zero."""
+    n = len(samples)
+    if n < 2:
+        return Forecast(0.0, None, None, 0.0, n)
+    t_last = samples[-1][0]
+    weights = [0.5 ** ((t_last - t) / half_life) for t, _ in samples]
+    sw = sum(weights)
+    mt = sum(w * t for w, (t, _) in zip(weights, samples, strict=True)) / sw
+    mf = sum(w * f for w, (_, f) in zip(weights, samples, strict=True)) / sw
+    stt = sum(w * (t - mt) ** 2 for w, (t, _) in zip(weights, samples, strict=True))
+    stf = sum(w * (t - mt) * (f - mf) for w, (t, f) in zip(weights, samples, strict=True))
+    sff = sum(w * (f - mf) ** 2 for w, (_, f) in zip(weights, samples, strict=True))
+    if stt <= 0:
+        return Forecast(0.0, None, None, 0.0, n)
+    slope = stf / stt  # bytes per second, negative while filling
+    r2 = 1.0 if sff == 0 else min(1.0, (stf * stf) / (stt * sff))
+    span = samples[-1][0] - samples[0][0]
+    # Confidence grows with the number of samples and the time they span, and with the fit.
+    confidence = min(1.0, (n - 1) / 8) * min(1.0, span / 10.0) * r2
+    rate = -slope
+    free_now = samples[-1][1]
+    eta_floor = eta_full = None
+    if rate > 0:
+        eta_full = max(0.0, free_now / rate)
+        eta_floor = max(0.0, (free_now - floor) / rate)
+    return Forecast(rate, eta_floor, eta_full, round(confidence, 3), n)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A level assessment of one moment, before damping."""
+
+    level: Level
+    reason: str
+
+
+def assess(
+    free: int,
+    floor: int,
+    free_low: int,
+    fc: Forecast | None,
+    *,
+    horizon: float,
+    min_confidence: float = 0.5,
+) -> Reading:
+    """critical below the floor; warn below free_low or when the floor is forecast within the
+    horizon with enough confidence; ok otherwise."""
+    if free < floor:
+        return Reading("critical", "free space is below the floor")
+    if free < free_low:
+        return Reading("warn", "free space is below free_low")
+    if (
+        fc is not None
+        and fc.eta_floor is not None
+        and fc.confidence >= min_confidence
+        and fc.eta_floor <= horizon
+    ):
+        return Reading("warn", f"forecast reaches the floor in {fc.eta_floor:.0f}s")
+    return Reading("ok", "")
+
+
+class LevelTracker:
+    """Damped level of one volume: worse at once, better only after ``settle_s`` of calm."""
+
+    def __init__(self, settle_s: float = 10.0) -> None:
+        self.settle_s = settle_s
+        self.level: Level = "ok"
+        self.reason = ""
+        self._better_since: float | None = None
+
+    def update(self, reading: Reading, now: float) -> bool:
+        """Feed one reading; True when the published level changed."""
+        if _ORDER[reading.level] >= _ORDER[self.level]:
+            self._better_since = None
+            changed = reading.level != self.level
+            self.level, self.reason = reading.level, reading.reason
+            return changed
+        if self._better_since is None:
+            self._better_since = now
+        if now - self._better_since >= self.settle_s:
+            self._better_since = None
+            self.level, self.reason = reading.level, reading.reason
+            return True
+        return False
+
+
+def finite(x: float | None) -> float | None:
+    """``x`` unless it is None, inf or nan (JSON has no infinity)."""
+    return None if x is None or math.isinf(x) or math.isnan(x) else x
