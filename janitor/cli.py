@@ -521,6 +521,101 @@ def unpin(
     _say(f"unpinned {', '.join(p.id for p in ended)}")
 
 
+@app.command("exec")
+def exec_(
+    tree: Annotated[str, typer.Argument(help="Tree the command writes into.")],
+    size: Annotated[
+        str, typer.Argument(help="Bytes to reserve: 500M, 2G, or `janitor estimate`'s.")
+    ],
+    command: Annotated[list[str], typer.Argument(help="The command, after `--`.")],
+    path: Annotated[
+        Path | None, typer.Option(help="The file or folder the command writes (inside the tree).")
+    ] = None,
+    job: Annotated[str | None, typer.Option(help="Job label.")] = None,
+    poll: Annotated[str, typer.Option(help="How often to check the volume and output.")] = "200ms",
+    grow: Annotated[
+        bool, typer.Option("--grow", help="Extend the reservation when the output outgrows it.")
+    ] = False,
+    margin: Annotated[
+        str, typer.Option(help="How far output may exceed its reservation before stopping.")
+    ] = "10%",
+    grace: Annotated[str, typer.Option(help="Time between SIGTERM and SIGKILL.")] = "5s",
+    cleanup_on_fail: Annotated[
+        bool,
+        typer.Option("--cleanup-on-fail", help="Remove partial output if the command fails."),
+    ] = False,
+    ttl: Annotated[
+        str | None, typer.Option(help="Reservation TTL (renewed while running).")
+    ] = None,
+    no_evict: Annotated[
+        bool, typer.Option("--no-evict", help="Refuse rather than evict caches to make room.")
+    ] = False,
+) -> None:
+    """Reserve SIZE, run COMMAND, stop it before the disk fills; exit 75 if refused or stopped.
+
+    Otherwise exits with the command's own code. The command gets JANITOR_RESERVATION; signals
+    sent to janitor exec reach it.
+    """
+    from janitor.errors import ReservationRefused
+    from janitor.execute import run_guarded
+    from janitor.sizes import parse_duration
+
+    try:
+        pct = float(margin.rstrip("%")) / (100 if margin.endswith("%") else 1)
+    except ValueError:
+        _fail(f"--margin {margin!r} is not a percentage like 10%", 2)
+    jan = _janitor()
+    try:
+        result = run_guarded(
+            jan,
+            tree,
+            size,
+            command,
+            path=path,
+            job=job,
+            poll=parse_duration(poll, what="--poll"),
+            grow=grow,
+            margin=pct,
+            grace=parse_duration(grace, what="--grace"),
+            cleanup_on_fail=cleanup_on_fail,
+            ttl=ttl,
+            evict=not no_evict,
+            say=_say,
+        )
+    except ReservationRefused as exc:
+        _fail(f"{exc}; {command[0]} was not started", EXIT_TEMPFAIL)
+    if result.stopped is not None:
+        _say(result.stopped + (" (partial output removed)" if result.cleaned else ""))
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def estimate(
+    media: Annotated[Path, typer.Argument(help="Audio or video file (read with ffprobe).")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="wav16 (media cache WAV) or f32 (PCM windows).")
+    ] = "wav16",
+    rate: Annotated[int, typer.Option(help="Sample rate of the output.", min=1)] = 16000,
+    channels: Annotated[int, typer.Option(help="Channels of the output.", min=1)] = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """Bytes the pipeline will write for MEDIA (WAV header included for wav16)."""
+    from janitor.estimate import estimate_media
+    from janitor.sizes import format_duration, format_size
+
+    if fmt not in ("wav16", "f32"):
+        _fail(f"--format {fmt!r} is not one of: wav16, f32", 2)
+    est = estimate_media(media, fmt=fmt, rate=rate, channels=channels)  # type: ignore[arg-type]
+    if as_json:
+        _print_json(est.as_dict())
+        return
+    print(est.bytes)
+    _say(
+        f"{media}: {format_duration(est.duration_s)} -> {format_size(est.bytes)} as {fmt} "
+        f"({rate} Hz, {channels} ch)"
+    )
+
+
 @app.command()
 def daemon(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Log to the log file only.")] = False,

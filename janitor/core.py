@@ -179,6 +179,20 @@ class Janitor:
         info: ReservationInfo = self.ledger.call(renew_reservation, reservation_id, seconds)
         return info
 
+    def grow(self, reservation_id: str, nbytes: int | str) -> ReservationInfo:
+        """Raise a live reservation to ``nbytes`` total, or raise ReservationRefused."""
+        from janitor.reserve import grow_reservation
+
+        size = self._size(nbytes)
+        info = self.get(reservation_id)
+        tree_policy = self.policy.tree(info.tree)
+        decision, grown = self.ledger.call(
+            lambda conn: grow_reservation(conn, self.policy, tree_policy, reservation_id, size)
+        )
+        if grown is None:
+            raise decision.refusal()
+        return grown
+
     def get(self, reservation_id: str) -> ReservationInfo:
         """One reservation in whatever state the ledger has it."""
         with self.ledger.read() as conn:

@@ -36,6 +36,7 @@ __all__ = [
     "ReservationInfo",
     "admit",
     "end_reservation",
+    "grow_reservation",
     "live_reservations",
     "reap",
     "renew_reservation",
@@ -366,6 +367,60 @@ def end_reservation(
         written=info.bytes - info.outstanding,
     )
     return replace(info, state="released", ended=now)
+
+
+def grow_reservation(
+    conn: sqlite3.Connection,
+    policy: Policy,
+    tree: TreePolicy,
+    rid: str,
+    new_bytes: int,
+    *,
+    now: float | None = None,
+) -> tuple[Admission, ReservationInfo | None]:
+    """Raise a live reservation to ``new_bytes`` if the volume still has room for the rest.
+
+    Its own written part is already out of free space, so the test is
+    ``free - floor - others >= new_bytes - written``.
+    """
+    now = time.time() if now is None else now
+    reap(conn, now)
+    info = get_reservation(conn, rid)
+    _require_live(info, "grow")
+    device, mount, free, floor = measure(policy, tree)
+    others = [r for r in live_reservations(conn, device=device, now=now) if r.id != rid]
+    reserved = sum(r.outstanding for r in others)
+    written = info.bytes - info.outstanding
+    decision = Admission(tree.name, mount, device, new_bytes - written, free, floor, reserved)
+    if not decision.fits:
+        Ledger.log(
+            conn,
+            "refuse",
+            tree=tree.name,
+            device=device,
+            reservation=rid,
+            nbytes=new_bytes,
+            path=info.path,
+            ts=now,
+            free=free,
+            floor=floor,
+            reserved=reserved,
+            grow=True,
+        )
+        return decision, None
+    conn.execute("UPDATE reservations SET bytes = ? WHERE id = ?", (new_bytes, rid))
+    Ledger.log(
+        conn,
+        "grow",
+        tree=tree.name,
+        device=device,
+        reservation=rid,
+        nbytes=new_bytes,
+        path=info.path,
+        ts=now,
+        previous=info.bytes,
+    )
+    return decision, replace(info, bytes=new_bytes, outstanding=new_bytes - written)
 
 
 def renew_reservation(
