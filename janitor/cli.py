@@ -18,7 +18,6 @@ from janitor.errors import EXIT_PROBLEM, EXIT_TEMPFAIL, JanitorError
 
 if TYPE_CHECKING:
     from janitor.core import Janitor
-    from janitor.status import Status
 
 __all__ = ["app", "main"]
 
@@ -260,73 +259,37 @@ def _check_reservation(jan: Janitor, rid: str, as_json: bool) -> None:
 
 
 @app.command()
-def status(as_json: JsonOpt = False) -> None:
+def status(
+    as_json: JsonOpt = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Refresh in place until Ctrl-C.")
+    ] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes.", min=0.2)] = 2.0,
+) -> None:
     """Volumes (free, floor, reserved, headroom, level), trees and live reservations."""
-    st = _janitor().status()
+    jan = _janitor()
     if as_json:
-        _print_json(st.as_dict())
+        _print_json(jan.status().as_dict())
         return
-    _render_status(st)
-
-
-def _render_status(st: Status) -> None:
-    import time
-
     from rich.console import Console
-    from rich.table import Table
 
-    from janitor.sizes import format_duration, format_size
+    from janitor.view import render_status
 
     console = Console()
-    colors = {"ok": "green", "warn": "yellow", "critical": "bold red"}
-    vt = Table(title="Volumes", title_justify="left")
-    for col in ("volume", "free", "floor", "reserved", "headroom", "level", "trees"):
-        vt.add_column(
-            col, justify="right" if col in ("free", "floor", "reserved", "headroom") else "left"
-        )
-    for v in st.volumes:
-        level = f"[{colors[v.level]}]{v.level}[/]" + (f" ({v.reason})" if v.reason else "")
-        vt.add_row(
-            v.mount,
-            format_size(v.free),
-            format_size(v.floor),
-            format_size(v.reserved),
-            format_size(v.headroom),
-            level,
-            ", ".join(v.trees),
-        )
-    console.print(vt)
-    tt = Table(title="Trees", title_justify="left")
-    for col in ("tree", "role", "usage", "quota", "path"):
-        tt.add_column(col, justify="right" if col in ("usage", "quota") else "left")
-    for t in st.trees:
-        tt.add_row(
-            t.name,
-            t.role,
-            format_size(t.usage),
-            format_size(t.quota) if t.quota is not None else "-",
-            t.path + ("" if t.exists else " (missing)"),
-        )
-    console.print(tt)
-    if not st.reservations:
-        console.print("No live reservations.")
+    if not watch:
+        console.print(render_status(jan.status(), jan.samples()))
         return
-    rt = Table(title="Reservations", title_justify="left")
-    for col in ("id", "tree", "bytes", "outstanding", "job", "pid", "lapses in", "path"):
-        rt.add_column(col, justify="right" if col in ("bytes", "outstanding", "pid") else "left")
-    now = time.time()
-    for r in st.reservations:
-        rt.add_row(
-            r.id,
-            r.tree,
-            format_size(r.bytes),
-            format_size(r.outstanding),
-            r.job or "-",
-            str(r.owner_pid),
-            format_duration(r.expires - now),
-            r.path or "-",
-        )
-    console.print(rt)
+    import time
+
+    from rich.live import Live
+
+    try:
+        with Live(console=console, auto_refresh=False, screen=False) as live:
+            while True:
+                live.update(render_status(jan.status(), jan.samples()), refresh=True)
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
 
 
 @app.command()
@@ -673,6 +636,96 @@ def emergency(
         f"{verb} {format_size(ballast)} of ballast and {format_size(evicted)} "
         f"in {units} cache units"
     )
+
+
+service_app = typer.Typer(
+    help="Run the daemon as a service (launchd / systemd).", no_args_is_help=True
+)
+app.add_typer(service_app, name="service")
+
+_PlatformOpt = Annotated[
+    str, typer.Option("--platform", hidden=True, help="darwin or linux (default: this one).")
+]
+_DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", "-n", help="Print the file and commands; change nothing.")
+]
+
+
+def _service(platform: str | None) -> Any:
+    from janitor.service import service_for
+    from janitor.settings import Settings
+
+    settings = Settings.load(_G.config, policy=_G.policy)
+    return service_for(platform or sys.platform, settings, say=_say)
+
+
+@service_app.command("install")
+def service_install(dry_run: _DryRunOpt = False, platform: _PlatformOpt = "") -> None:
+    """Install and start the daemon as a user service that starts at login."""
+    svc = _service(platform or None)
+    svc.install(dry_run=dry_run)
+    if not dry_run:
+        _say(
+            f"installed; logs: {svc.settings.log_dir / 'daemon.log'}; "
+            "`janitor service status` to check"
+        )
+
+
+@service_app.command("uninstall")
+def service_uninstall(dry_run: _DryRunOpt = False, platform: _PlatformOpt = "") -> None:
+    """Stop the service and remove it."""
+    _service(platform or None).uninstall(dry_run=dry_run)
+
+
+@service_app.command("status")
+def service_status(as_json: JsonOpt = False, platform: _PlatformOpt = "") -> None:
+    """Is the service installed and running? (exit 1 if not running)"""
+    st = _service(platform or None).state()
+    if as_json:
+        _print_json(
+            {"installed": st.installed, "active": st.active, "detail": st.detail, "file": st.file}
+        )
+    else:
+        print(f"{'installed' if st.installed else 'not installed'} ({st.file}); {st.detail}")
+    if not st.active:
+        raise typer.Exit(EXIT_PROBLEM)
+
+
+@service_app.command("logs")
+def service_logs(
+    lines: Annotated[int, typer.Option("-n", "--lines", help="How many lines.", min=1)] = 50,
+    platform: _PlatformOpt = "",
+) -> None:
+    """The daemon's last log lines."""
+    for line in _service(platform or None).log_lines(lines):
+        print(line)
+
+
+@app.command()
+def doctor(as_json: JsonOpt = False) -> None:
+    """Check config, policy, trees, volumes, ledger, daemon and OS limits; exit 1 on a failure."""
+    from janitor.doctor import run_checks
+    from janitor.settings import Settings
+
+    settings = Settings.load(_G.config, policy=_G.policy)
+    checks = run_checks(settings)
+    if as_json:
+        _print_json([c.as_dict() for c in checks])
+    else:
+        from rich.console import Console
+        from rich.text import Text
+
+        console = Console()
+        style = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+        for c in checks:
+            line = Text(f"{c.verdict:>4}  ", style=style[c.verdict]) + Text(
+                f"{c.name}: {c.message}"
+            )
+            console.print(line)
+            if c.fix and c.verdict != "ok":
+                console.print(Text(f"      fix: {c.fix}", style="dim"))
+    if any(c.verdict == "fail" for c in checks):
+        raise typer.Exit(EXIT_PROBLEM)
 
 
 @app.command()

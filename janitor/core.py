@@ -324,6 +324,17 @@ class Janitor:
         """The ledger's log: grants, refusals, releases, deletions ... oldest first."""
         return self.ledger.entries(since=since, events=events)
 
+    def samples(self, since_s: float = 3600.0) -> dict[int, list[tuple[float, int]]]:
+        """The daemon's free-space samples per volume over the last ``since_s`` seconds."""
+        cutoff = time.time() - since_s
+        out: dict[int, list[tuple[float, int]]] = {}
+        with self.ledger.read() as conn:
+            for device, ts, free in conn.execute(
+                "SELECT device, ts, free FROM samples WHERE ts >= ? ORDER BY ts", (cutoff,)
+            ):
+                out.setdefault(int(device), []).append((float(ts), int(free)))
+        return out
+
     # -- status --------------------------------------------------------------------------------
 
     def status(self, *, with_usage: bool = True) -> Status:

@@ -1,0 +1,289 @@
+"""`janitor doctor`: every check a support person would run, each with a verdict and the fix.
+
+Checks never change anything. Each says ``ok``, ``warn`` or ``fail``; the command exits 1 when
+any check fails.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import sqlite3
+import stat
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from janitor.errors import JanitorError
+from janitor.settings import Settings
+
+__all__ = ["Check", "run_checks"]
+
+Verdict = Literal["ok", "warn", "fail"]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One finding: what was checked, the verdict, what was seen, and how to fix it."""
+
+    name: str
+    verdict: Verdict
+    message: str
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float = 2.0) -> None:
+        super().__init__("janitor", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
+def daemon_status(sock: Path, timeout: float = 2.0) -> dict[str, Any] | None:
+    """``GET /v1/status`` over the daemon's socket, or None if nothing answers."""
+    conn = _UnixHTTPConnection(str(sock), timeout)
+    try:
+        conn.request("GET", "/v1/status")
+        resp = conn.getresponse()
+        if resp.status != 200:
+            return None
+        data: dict[str, Any] = json.loads(resp.read())
+        return data
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def run_checks(
+    settings: Settings,
+    *,
+    platform: str = sys.platform,
+    run: Callable[[list[str]], subprocess.CompletedProcess[str]] | None = None,
+) -> list[Check]:
+    """All checks, in order; later checks are skipped when what they need failed."""
+    return list(_checks(settings, platform, run or _run))
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=20)
+
+
+def _checks(
+    settings: Settings,
+    platform: str,
+    run: Callable[[list[str]], subprocess.CompletedProcess[str]],
+) -> Iterator[Check]:
+    from janitor.policy import load_policy
+    from janitor.sizes import format_size
+    from janitor.space import volume_stats
+
+    cfg = settings.config
+    yield Check("config", "ok", f"config file {cfg}" if cfg else "no config file; defaults apply")
+    try:
+        policy = load_policy(settings.policy_path, state_dir=settings.state_dir)
+    except JanitorError as exc:
+        yield Check(
+            "policy", "fail", str(exc), "fix the policy file, then `janitor policy validate FILE`"
+        )
+        return
+    yield Check("policy", "ok", f"{settings.policy_path}: {len(policy.trees)} trees")
+
+    devices: dict[int, list[str]] = {}
+    for name, tree in policy.trees.items():
+        path = tree.path
+        if os.path.islink(path):
+            yield Check(
+                f"tree {name}",
+                "warn",
+                f"{path} is a symlink; the janitor will not follow it",
+                "point the policy at the real folder",
+            )
+        elif not path.exists():
+            yield Check(
+                f"tree {name}",
+                "warn",
+                f"{path} does not exist yet",
+                "it is created by the daemon, or by the program that fills it",
+            )
+        elif not path.is_dir():
+            yield Check(f"tree {name}", "fail", f"{path} is not a folder", "fix the tree's path")
+        elif not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+            yield Check(
+                f"tree {name}",
+                "fail",
+                f"{path} is not readable and writable by you",
+                f"chown/chmod {path}, or run the janitor as its owner",
+            )
+        else:
+            yield Check(f"tree {name}", "ok", f"{tree.role} at {path}")
+        try:
+            vs = volume_stats(path)
+        except OSError as exc:
+            yield Check(f"tree {name}", "fail", f"cannot stat its volume: {exc.strerror}")
+            continue
+        devices.setdefault(vs.device, []).append(name)
+
+    for device, names in devices.items():
+        tree = policy.trees[names[0]]
+        vs = volume_stats(tree.path)
+        floor, free_low, _ = policy.volume_policy(device).numbers(vs.total)
+        what = (
+            f"{vs.mount}: {format_size(vs.free)} free of {format_size(vs.total)}, "
+            f"floor {format_size(floor)}"
+        )
+        if floor >= vs.total // 2:
+            yield Check(
+                f"volume {vs.mount}",
+                "warn",
+                what + " (the floor is half the volume or more)",
+                "lower [volume] floor, or most reservations will be refused",
+            )
+        if vs.free < floor:
+            yield Check(
+                f"volume {vs.mount}",
+                "fail",
+                what + ": below the floor",
+                "free space (`janitor sweep`, or `janitor emergency` if the disk is full)",
+            )
+        elif vs.free < free_low:
+            yield Check(
+                f"volume {vs.mount}",
+                "warn",
+                what + ": below free_low",
+                "run `janitor sweep`, or let the daemon evict caches",
+            )
+        else:
+            yield Check(f"volume {vs.mount}", "ok", what)
+
+    yield _ledger_check(settings)
+    yield from _daemon_checks(settings)
+    if platform.startswith("linux"):
+        yield _inotify_check(policy)
+    if platform == "darwin":
+        yield _snapshot_check(run)
+
+
+def _ledger_check(settings: Settings) -> Check:
+    path = settings.ledger_path
+    if not path.exists():
+        return Check("ledger", "ok", f"{path} not created yet (the first reservation creates it)")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            result = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return Check(
+            "ledger",
+            "fail",
+            f"{path}: {exc}",
+            "move the file aside; space-janitor starts a new ledger",
+        )
+    if result != "ok":
+        return Check(
+            "ledger",
+            "fail",
+            f"{path}: integrity check says {result}",
+            "move the file aside; space-janitor starts a new ledger",
+        )
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & 0o077:
+        return Check(
+            "ledger", "warn", f"{path} is readable by others (mode {mode:o})", f"chmod 600 {path}"
+        )
+    return Check("ledger", "ok", f"{path}: integrity ok")
+
+
+def _daemon_checks(settings: Settings) -> Iterator[Check]:
+    sock = settings.socket_path
+    if not sock.exists():
+        yield Check(
+            "daemon",
+            "warn",
+            "not running (no socket at " + str(sock) + ")",
+            "`janitor service install` runs it as a service",
+        )
+        return
+    mode = stat.S_IMODE(os.lstat(sock).st_mode)
+    if mode & 0o077:
+        yield Check(
+            "daemon socket",
+            "fail",
+            f"{sock} has mode {mode:o}: other users can connect",
+            "restart the daemon (it creates the socket 0600)",
+        )
+    else:
+        yield Check("daemon socket", "ok", f"{sock} (mode {mode:o})")
+    status = daemon_status(sock)
+    if status is None:
+        yield Check(
+            "daemon",
+            "fail",
+            f"{sock} exists but nothing answers",
+            "restart it: `janitor service install`, or remove the stale socket",
+        )
+        return
+    daemon = status.get("daemon", {})
+    polled = [t["name"] for t in daemon.get("trees", []) if t.get("watch") != "watching"]
+    msg = f"running, pid {daemon.get('pid', '?')}"
+    if polled:
+        yield Check(
+            "daemon",
+            "warn",
+            msg + f"; trees polled, not watched: {', '.join(polled)}",
+            "see `janitor service logs` for why (often inotify limits)",
+        )
+    else:
+        yield Check("daemon", "ok", msg)
+
+
+def _inotify_check(policy: Any) -> Check:
+    try:
+        limit = int(Path("/proc/sys/fs/inotify/max_user_watches").read_text())
+    except (OSError, ValueError):
+        return Check("inotify", "warn", "cannot read fs.inotify.max_user_watches")
+    folders = 0
+    for tree in policy.trees.values():
+        if tree.role != "cache" or not tree.path.is_dir():
+            continue
+        for _ in os.walk(tree.path):
+            folders += 1
+    if folders * 2 > limit:
+        return Check(
+            "inotify",
+            "warn",
+            f"{folders} folders to watch, limit max_user_watches={limit}",
+            "sysctl fs.inotify.max_user_watches=524288 (and in /etc/sysctl.d)",
+        )
+    return Check("inotify", "ok", f"{folders} folders to watch; max_user_watches={limit}")
+
+
+def _snapshot_check(run: Callable[[list[str]], subprocess.CompletedProcess[str]]) -> Check:
+    try:
+        proc = run(["tmutil", "listlocalsnapshots", "/"])
+    except (OSError, subprocess.SubprocessError):
+        return Check("local snapshots", "warn", "tmutil cannot be run; cannot check")
+    snaps = [ln for ln in proc.stdout.splitlines() if "com.apple" in ln]
+    if snaps:
+        return Check(
+            "local snapshots",
+            "warn",
+            f"{len(snaps)} Time Machine local snapshots hold space that deleting files "
+            "cannot give back",
+            "`tmutil thinlocalsnapshots / 999999999999 4` frees them",
+        )
+    return Check("local snapshots", "ok", "no local snapshots")
