@@ -117,6 +117,7 @@ class Janitor:
         deadline = None if wait is None else time.monotonic() + parse_duration(wait, what="wait")
         delay = 0.05
         evicted = 0
+        tried_room = False
         while True:
             decision, info = self.ledger.call(
                 lambda conn, freed=evicted: admit(
@@ -134,7 +135,8 @@ class Janitor:
             )
             if info is not None:
                 return Reservation(self, info)
-            if evict and evicted == 0:
+            if evict and not tried_room:
+                tried_room = True  # once per call: a scan per retry of `wait` would be waste
                 freed = self.make_room(tree, size, path=where)
                 if freed > 0:
                     evicted = freed

@@ -154,7 +154,8 @@ class Daemon:
             sh = logging.StreamHandler(sys.stderr)
             sh.setFormatter(fmt)
             root.addHandler(sh)
-        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+        # "skipped: maximum number of running instances" is coalescing working, not news.
+        logging.getLogger("apscheduler").setLevel(logging.ERROR)
 
     def _install_signals(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self.stop())

@@ -198,12 +198,17 @@ def reap(conn: sqlite3.Connection, now: float) -> list[ReservationInfo]:
 
 
 def live_reservations(
-    conn: sqlite3.Connection, *, device: int | None = None, now: float | None = None
+    conn: sqlite3.Connection,
+    *,
+    device: int | None = None,
+    now: float | None = None,
+    check_owners: bool = True,
 ) -> list[ReservationInfo]:
     """Live reservations (optionally on one volume) with their outstanding bytes measured.
 
     Without writing, also leaves out those a reaper would end (TTL passed, owner dead), so a
-    read-only caller such as `janitor status` sees what admission would see.
+    read-only caller such as `janitor status` sees what admission would see. A caller that
+    has just reaped in the same transaction passes ``check_owners=False``.
     """
     now = time.time() if now is None else now
     sql = f"SELECT {_COLUMNS} FROM reservations WHERE state = 'live'"
@@ -214,7 +219,9 @@ def live_reservations(
     out = []
     for row in conn.execute(sql + " ORDER BY created", args).fetchall():
         info = ReservationInfo.from_row(row, measure=False)
-        if info.expires <= now or not is_alive(info.owner_pid, info.owner_start):
+        if info.expires <= now:
+            continue
+        if check_owners and not is_alive(info.owner_pid, info.owner_start):
             continue
         out.append(replace(info, outstanding=outstanding(info.bytes, info.path)))
     return out
@@ -249,7 +256,7 @@ def admit(
     now = time.time() if now is None else now
     reap(conn, now)
     device, mount, free, floor = measure(policy, tree)
-    others = live_reservations(conn, device=device, now=now)
+    others = live_reservations(conn, device=device, now=now, check_owners=False)
     reserved = sum(r.outstanding for r in others)
     decision = Admission(tree.name, mount, device, nbytes, free, floor, reserved, evicted)
     if not decision.fits and grant:
@@ -388,7 +395,11 @@ def grow_reservation(
     info = get_reservation(conn, rid)
     _require_live(info, "grow")
     device, mount, free, floor = measure(policy, tree)
-    others = [r for r in live_reservations(conn, device=device, now=now) if r.id != rid]
+    others = [
+        r
+        for r in live_reservations(conn, device=device, now=now, check_owners=False)
+        if r.id != rid
+    ]
     reserved = sum(r.outstanding for r in others)
     written = info.bytes - info.outstanding
     decision = Admission(tree.name, mount, device, new_bytes - written, free, floor, reserved)
