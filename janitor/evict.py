@@ -340,6 +340,15 @@ class _Skip(Exception):
     """A unit that must be left alone; the message says why."""
 
 
+class _Partial(Exception):
+    """A unit whose removal stopped part way (something came alive); what went is counted."""
+
+    def __init__(self, files: int, size: int, why: str) -> None:
+        super().__init__(why)
+        self.files = files
+        self.size = size
+
+
 class _Deleter:
     """Deletes the units of one tree, relative to the tree root opened at the start."""
 
@@ -413,15 +422,17 @@ class _Deleter:
             raise _Skip("owned by another user")
         return st
 
-    def _unlink_file(self, dir_fd: int, name: str, e: Entry) -> None:
-        """Remove one non-folder entry after the last checks."""
+    def _unlink_file(self, dir_fd: int, name: str, e: Entry, held: int | None = None) -> None:
+        """Remove one non-folder entry after the last checks (``held``: our open fd of it)."""
         st = self._verify(dir_fd, name, e)
         if not stat.S_ISREG(st.st_mode):
             os.unlink(name, dir_fd=dir_fd)  # symlinks, fifos ...: remove the name, never follow
             return
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
-        )
+        fd = held
+        if fd is None:
+            fd = os.open(
+                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+            )
         try:
             fst = os.fstat(fd)
             if fst.st_ino != e.ino:
@@ -433,7 +444,8 @@ class _Deleter:
                     raise _Skip("open in another process")
                 os.unlink(name, dir_fd=dir_fd)
         finally:
-            os.close(fd)
+            if held is None:
+                os.close(fd)
 
     # -- units ---------------------------------------------------------------------------------
 
@@ -479,7 +491,8 @@ class _Deleter:
             ordered = sorted(entries, key=lambda e: e.rel.rpartition("/")[2] == lock_name)
             for e in ordered:
                 try:
-                    self._unlink_file(dir_fd, e.rel.rpartition("/")[2], e)
+                    name = e.rel.rpartition("/")[2]
+                    self._unlink_file(dir_fd, name, e, lock_fd if name == lock_name else None)
                 except _Skip:
                     if removed:
                         break  # partly removed: what is left is judged again next sweep
@@ -506,7 +519,14 @@ class _Deleter:
                 raise _Skip("owned by another user")
             # Verify the whole folder first: anything new or changed means a job is alive.
             self._walk_verify(unit_fd, unit.key, known)
-            removed, size = self._remove_tree(unit_fd, unit.key, known)
+            done = [0, 0]
+            try:
+                self._remove_tree(unit_fd, unit.key, known, done)
+            except _Skip as exc:
+                if done[0] or done[1]:
+                    raise _Partial(done[0], done[1], str(exc)) from None
+                raise
+            removed, size = done
         finally:
             os.close(unit_fd)
         try:
@@ -517,12 +537,28 @@ class _Deleter:
                 raise
         return removed, size
 
+    def _known(self, fd: int, name: str, crel: str, known: dict[str, Entry]) -> Entry | None:
+        """The scanned entry of a name, including another name of a hard-linked file."""
+        e = known.get(crel)
+        if e is not None:
+            return e
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            return None
+        for k in known.values():
+            if (k.dev, k.ino) == (st.st_dev, st.st_ino):
+                return k
+        return None
+
     def _walk_verify(self, fd: int, rel: str, known: dict[str, Entry]) -> None:
         with os.scandir(fd) as it:
             children = list(it)
         for d in children:
             crel = f"{rel}/{d.name}"
-            e = known.get(crel)
+            e = self._known(fd, d.name, crel, known)
             if e is None:
                 raise _Skip("new files since the scan: a job is still writing")
             st = self._verify(fd, d.name, e)
@@ -536,15 +572,25 @@ class _Deleter:
                     os.close(sub)
             elif (e.dev, e.ino) in self.open_set:
                 raise _Skip("open in another process")
+            elif stat.S_ISREG(st.st_mode):
+                # Ask the kernel now, before anything of the unit is removed.
+                probe = os.open(
+                    d.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd
+                )
+                try:
+                    with exclusive(probe) as alone:
+                        if alone is False:
+                            raise _Skip("open in another process")
+                finally:
+                    os.close(probe)
 
-    def _remove_tree(self, fd: int, rel: str, known: dict[str, Entry]) -> tuple[int, int]:
-        removed = 0
-        size = 0
+    def _remove_tree(self, fd: int, rel: str, known: dict[str, Entry], done: list[int]) -> None:
+        """Remove a folder's contents bottom-up; ``done`` counts [files, bytes] as it goes."""
         with os.scandir(fd) as it:
             children = list(it)
         for d in children:
             crel = f"{rel}/{d.name}"
-            e = known.get(crel)
+            e = self._known(fd, d.name, crel, known)
             if e is None:
                 raise _Skip("new files since the scan: a job is still writing")
             if stat.S_ISDIR(e.mode):
@@ -552,18 +598,15 @@ class _Deleter:
                 try:
                     if os.fstat(sub).st_ino != e.ino:
                         raise _Skip("replaced since the scan")
-                    r, s = self._remove_tree(sub, crel, known)
+                    self._remove_tree(sub, crel, known, done)
                 finally:
                     os.close(sub)
-                removed += r
-                size += s
                 os.rmdir(d.name, dir_fd=fd)
-                size += e.size
+                done[1] += e.size
             else:
                 self._unlink_file(fd, d.name, e)
-                removed += 1
-                size += e.size
-        return removed, size
+                done[0] += 1
+                done[1] += e.size
 
 
 def _why(exc: OSError, what: str) -> str:
@@ -657,6 +700,8 @@ def apply(
                 try:
                     files, size = deleter.delete(item.unit)
                     o = Outcome(item, files > 0, files, size)
+                except _Partial as exc:
+                    o = Outcome(item, True, exc.files, exc.size, f"partly removed: {exc}")
                 except _Skip as exc:
                     o = Outcome(item, False, 0, 0, str(exc))
                 except OSError as exc:

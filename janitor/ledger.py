@@ -320,7 +320,9 @@ class Ledger:
                 device,
                 reservation,
                 nbytes,
-                path,
+                None
+                if path is None
+                else path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"),
                 json.dumps(detail, sort_keys=True) if detail else None,
             ),
         )

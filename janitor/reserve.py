@@ -164,7 +164,9 @@ def resolve_path(tree: TreePolicy, path: str | os.PathLike[str]) -> str:
         raise ConfigError(
             f"path {absolute} is the root of tree {tree.name!r}; name the file or job folder"
         )
-    return absolute
+    # Record it as the scan sees it: under the tree's root as the policy spells it.
+    base = os.path.normpath(os.path.abspath(tree.path))
+    return os.path.join(base, os.path.relpath(real, root_real))
 
 
 def reap(conn: sqlite3.Connection, now: float) -> list[ReservationInfo]:

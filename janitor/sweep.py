@@ -239,6 +239,10 @@ def make_room(
         plan = plan_pressure(scanned, need, protection=protection, now=now, reason=reason)
         if not plan.items:
             return None
+        if reason == "make-room" and plan.bytes < need:
+            # Evicting all that is evictable would still not make the reservation fit: the
+            # refusal stands either way, so keep the cache rather than destroy it for nothing.
+            return None
         return apply(plan, ledger=ledger, open_set=protection.open)
 
 

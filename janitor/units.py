@@ -134,7 +134,8 @@ def _file_units(
                 folder = key.rpartition("/")[0]
                 name = lock_template.replace("{key}", lock_key or "")
                 lock = f"{root}/{folder}/{name}" if folder else f"{root}/{name}"
-        append(Unit(key, "file", files[0].path, tuple(files), size, last, lock))
+        main = files[0] if len(files) == 1 else min(files, key=lambda e: (len(e.rel), e.rel))
+        append(Unit(key, "file", main.path, tuple(files), size, last, lock))
     return tuple(units)
 
 
