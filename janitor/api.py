@@ -20,6 +20,7 @@ from fastapi import Body, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from janitor.errors import (
     ConfigError,
@@ -149,6 +150,13 @@ def create_app(daemon: Daemon) -> FastAPI:
     @app.exception_handler(JanitorError)
     async def _on_janitor_error(request: Request, exc: JanitorError) -> JSONResponse:
         return _janitor_error(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _on_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # an undecodable body: a bad request like any other
+            return _error(422, "bad_request", f"body: {exc.detail}")
+        kinds = {404: "not_found", 405: "method_not_allowed"}
+        return _error(exc.status_code, kinds.get(exc.status_code, "error"), str(exc.detail))
 
     @app.exception_handler(RequestValidationError)
     async def _on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:

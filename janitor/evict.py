@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from janitor.inuse import exclusive
-from janitor.ledger import Ledger
+from janitor.ledger import Ledger, py_path
 from janitor.policy import TreePolicy
 from janitor.scan import Entry, Snapshot, gc_paused
 from janitor.space import volume_stats
@@ -656,7 +656,8 @@ def apply(
         if ledger is not None:
             with ledger.read() as conn:
                 paths = frozenset(
-                    r[0] for r in conn.execute("SELECT path FROM pins WHERE state = 'live'")
+                    py_path(r[0])
+                    for r in conn.execute("SELECT path FROM pins WHERE state = 'live'")
                 )
         pin_cache[:] = [(now, paths)]
         return paths

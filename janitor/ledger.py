@@ -22,7 +22,22 @@ from typing import Any, TypeVar
 
 from janitor.errors import LedgerError, LedgerFull
 
-__all__ = ["SCHEMA_VERSION", "Ledger", "LogEntry"]
+__all__ = ["SCHEMA_VERSION", "Ledger", "LogEntry", "db_path", "py_path"]
+
+
+def db_path(path: str) -> str | bytes:
+    """A path as the ledger stores it: text, or the raw bytes of a name that is not UTF-8."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path)
+    return path
+
+
+def py_path(value: str | bytes) -> str:
+    """A stored path back as ``os`` spells it (undecodable bytes as surrogates)."""
+    return os.fsdecode(value) if isinstance(value, bytes) else value
+
 
 SCHEMA_VERSION = 1
 

@@ -8,6 +8,7 @@ update atime (``noatime`` mounts, reads from memory) still counts as recently us
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import sqlite3
 import time
@@ -15,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from janitor.errors import UnknownPin
-from janitor.ledger import Ledger
+from janitor.ledger import Ledger, db_path, py_path
 from janitor.owner import is_alive
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ class PinInfo:
 
 
 def _from_row(row: tuple[Any, ...]) -> PinInfo:
-    return PinInfo(*row)
+    info = PinInfo(*row)
+    return replace(info, path=py_path(info.path)) if isinstance(info.path, bytes) else info
 
 
 def add_pin(
@@ -87,7 +89,7 @@ def add_pin(
     )
     conn.execute(
         f"INSERT INTO pins ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
-        (info.id, tree, path, owner_pid, owner_start, now, info.expires, "live", None),
+        (info.id, tree, db_path(path), owner_pid, owner_start, now, info.expires, "live", None),
     )
     Ledger.log(conn, "pin", tree=tree, path=path, ts=now, pin=info.id, owner_pid=owner_pid)
     return info
@@ -97,7 +99,8 @@ def end_pin(conn: sqlite3.Connection, key: str, *, now: float | None = None) -> 
     """End the live pin with id ``key``, or every live pin on path ``key``."""
     now = time.time() if now is None else now
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM pins WHERE state = 'live' AND (id = ? OR path = ?)", (key, key)
+        f"SELECT {_COLUMNS} FROM pins WHERE state = 'live' AND (id = ? OR path = ?)",
+        (key, db_path(key)),
     ).fetchall()
     if not rows:
         raise UnknownPin(f"no live pin {key!r}; `janitor status --json` lists the pins")
@@ -144,7 +147,7 @@ def record_touches(conn: sqlite3.Connection, paths: list[str], *, now: float | N
     conn.executemany(
         "INSERT INTO touches (path, ts) VALUES (?, ?) "
         "ON CONFLICT(path) DO UPDATE SET ts = max(ts, excluded.ts)",
-        [(p, now) for p in paths],
+        [(db_path(p), now) for p in paths],
     )
 
 
@@ -152,8 +155,12 @@ def touches_under(conn: sqlite3.Connection, root: str) -> dict[str, float]:
     """Recorded touches of paths inside ``root``."""
     lo = root.rstrip("/") + "/"
     hi = root.rstrip("/") + "0"  # '0' sorts right after '/'
-    rows = conn.execute("SELECT path, ts FROM touches WHERE path >= ? AND path < ?", (lo, hi))
-    return {path: ts for path, ts in rows.fetchall()}
+    # Names that are not UTF-8 are stored as blobs; their bounds are the same bytes.
+    rows = conn.execute(
+        "SELECT path, ts FROM touches WHERE (path >= ? AND path < ?) OR (path >= ? AND path < ?)",
+        (lo, hi, os.fsencode(lo), os.fsencode(hi)),
+    )
+    return {py_path(path): ts for path, ts in rows.fetchall()}
 
 
 class Pin:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from janitor.errors import ConfigError, ReservationRefused, UnknownReservation
-from janitor.ledger import Ledger
+from janitor.ledger import Ledger, db_path, py_path
 from janitor.owner import is_alive
 from janitor.space import allocated_size, volume_stats
 
@@ -73,6 +73,8 @@ class ReservationInfo:
     def from_row(cls, row: tuple[Any, ...], *, measure: bool = True) -> ReservationInfo:
         """A value from a ``SELECT {_COLUMNS}`` row, with its outstanding bytes measured."""
         info = cls(*row)
+        if isinstance(info.path, bytes):
+            info = replace(info, path=py_path(info.path))
         if measure:
             info = replace(info, outstanding=outstanding(info.bytes, info.path))
         return info
@@ -152,6 +154,8 @@ def resolve_path(tree: TreePolicy, path: str | os.PathLike[str]) -> str:
     Symlinks in the path are resolved for the check only, so ``/tmp`` vs ``/private/tmp`` on
     macOS does not matter, but a symlink pointing out of the tree is refused.
     """
+    if "\0" in os.fsdecode(path):
+        raise ConfigError(f"path {os.fsdecode(path)!r} contains a NUL byte")
     absolute = os.path.normpath(os.path.abspath(os.fspath(path)))
     root_real = os.path.realpath(tree.path)
     real = os.path.realpath(absolute)
@@ -302,7 +306,7 @@ def admit(
             info.device,
             info.volume,
             info.bytes,
-            info.path,
+            None if info.path is None else db_path(info.path),
             info.job,
             info.owner_pid,
             info.owner_start,

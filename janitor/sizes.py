@@ -12,7 +12,10 @@ import re
 
 from janitor.errors import ConfigError
 
-__all__ = ["format_duration", "format_size", "parse_duration", "parse_size"]
+__all__ = ["MAX_SIZE", "format_duration", "format_size", "parse_duration", "parse_size"]
+
+#: The largest size the ledger can hold (SQLite INTEGER is 64-bit signed).
+MAX_SIZE = 2**63 - 1
 
 _UNITS = {
     "": 1,
@@ -49,6 +52,8 @@ def parse_size(text: str | int, *, allow_zero: bool = False, what: str = "size")
         value = math.floor(float(number) * _UNITS[unit.lower()])
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(f"{what} {text!r} must be {'zero or ' if allow_zero else ''}positive")
+    if value > MAX_SIZE:
+        raise ConfigError(f"{what} {text!r} is too large (at most {format_size(MAX_SIZE)})")
     return value
 
 
