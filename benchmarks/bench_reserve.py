@@ -184,11 +184,30 @@ def _worker(n: int, warmup: int, barrier: Any, out: Any) -> None:
     out.put((start, end, pair))
 
 
-def bench_multi(procs: int, n: int, warmup: int) -> dict[str, float]:
+def _spin(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def _cpu_worker(n: int, op_s: float, barrier: Any, out: Any) -> None:
+    _spin(0.01)
+    barrier.wait()
+    clock = time.perf_counter
+    lat = []
+    start = clock()
+    for _ in range(n):
+        t0 = clock()
+        _spin(op_s)
+        lat.append(clock() - t0)
+    out.put((start, clock(), lat))
+
+
+def _run_workers(target: Any, procs: int, args: tuple[Any, ...]) -> list[Any]:
     ctx = mp.get_context("spawn")  # each worker imports janitor afresh, like a real worker
     barrier = ctx.Barrier(procs)
     out = ctx.Queue()
-    workers = [ctx.Process(target=_worker, args=(n, warmup, barrier, out)) for _ in range(procs)]
+    workers = [ctx.Process(target=target, args=(*args, barrier, out)) for _ in range(procs)]
     for w in workers:
         w.start()
     results = [out.get(timeout=600) for _ in workers]
@@ -196,6 +215,22 @@ def bench_multi(procs: int, n: int, warmup: int) -> dict[str, float]:
         w.join()
         if w.exitcode != 0:
             raise SystemExit(f"bench: a worker exited with {w.exitcode}")
+    return results
+
+
+def bench_scheduler_floor(procs: int, n: int, op_s: float) -> dict[str, float]:
+    """p99 of a pure-CPU op as long as one pair, in ``procs`` processes: no ledger, no lock.
+
+    With more processes than cores, a process is preempted now and then mid-op; this is the
+    tail the scheduler alone adds, the least the ledger's p99 can be on this machine.
+    """
+    results = _run_workers(_cpu_worker, procs, (n, op_s))
+    lat = sorted(x for _, _, lats in results for x in lats)
+    return {"op": op_s, "p50": percentile(lat, 50), "p99": percentile(lat, 99)}
+
+
+def bench_multi(procs: int, n: int, warmup: int) -> dict[str, float]:
+    results = _run_workers(_worker, procs, (n, warmup))
     starts, ends, lats = zip(*results, strict=True)
     wall = max(ends) - min(starts)
     all_lat = sorted(x for lat in lats for x in lat)
@@ -220,21 +255,30 @@ def _janitor_cmd() -> list[str]:
     return [found] if found else [sys.executable, "-m", "janitor"]
 
 
-def _run(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess[str]]:
+def _children_cpu() -> float:
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return float("nan")
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _run(cmd: list[str]) -> tuple[tuple[float, float], subprocess.CompletedProcess[str]]:
+    """(wall, cpu) seconds of one run of ``cmd``, and its result; exits if it failed."""
+    c0 = _children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
-    elapsed = time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0, _children_cpu() - c0
     if proc.returncode != 0:
-        raise SystemExit(
-            f"bench: {' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr.strip()}"
-        )
+        raise SystemExit(f"bench: {' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr.strip()}")
     return elapsed, proc
 
 
 def bench_cli(runs: int) -> dict[str, dict[str, float]]:
-    """Median and min wall time of each command; runs are interleaved so drift hits all alike."""
+    """Median and min wall time (and median CPU time) of each command, runs interleaved."""
     jan = _janitor_cmd()
-    times: dict[str, list[float]] = {
+    times: dict[str, list[tuple[float, float]]] = {
         "python -c pass": [],
         "janitor --help": [],
         "janitor reserve t 1M --ttl 1m": [],
@@ -255,7 +299,12 @@ def bench_cli(runs: int) -> dict[str, dict[str, float]]:
             for key, value in samples.items():
                 times[key].append(value)
     return {
-        k: {"median": statistics.median(v), "min": min(v), "runs": len(v)}
+        k: {
+            "median": statistics.median(w for w, _ in v),
+            "min": min(w for w, _ in v),
+            "cpu_median": statistics.median(c for _, c in v),
+            "runs": len(v),
+        }
         for k, v in times.items()
     }
 
@@ -304,6 +353,19 @@ def machine_facts() -> dict[str, Any]:
         facts["usable_cpus"] = len(os.sched_getaffinity(0))
     if hasattr(os, "getloadavg"):
         facts["loadavg_1m_at_start"] = round(os.getloadavg()[0], 2)
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("janitor")
+        origin = Path(spec.origin) if spec and spec.origin else None
+    except ImportError:
+        origin = None
+    facts["janitor_compiled_each_run"] = bool(
+        os.environ.get("PYTHONDONTWRITEBYTECODE")
+        and origin is not None
+        and not (origin.parent / "__pycache__").is_dir()
+        and not sys.pycache_prefix
+    )
     return facts
 
 
@@ -325,8 +387,12 @@ def build_rows(rep: Report) -> None:
         )
         rows.append(Row("1 proc: pair p50", _ms(s["p50"])))
         rows.append(Row("1 proc: pair p99", _ms(s["p99"])))
-        rows.append(Row("1 proc: reserve p50 / release p50", f"{_ms(s['reserve_p50'])} / "
-                        f"{_ms(s['release_p50'])}"))
+        rows.append(
+            Row(
+                "1 proc: reserve p50 / release p50",
+                f"{_ms(s['reserve_p50'])} / {_ms(s['release_p50'])}",
+            )
+        )
     if "multi" in r:
         m = r["multi"]
         single = r.get("single")
@@ -338,9 +404,14 @@ def build_rows(rep: Report) -> None:
                 f"{m['pairs_per_s'] / single['pairs_per_s']:.2f}x" if single else "-",
             )
         )
-        rows.append(Row(f"{m['procs']} procs: pair p50", _ms(m["p50"]),
-                        _ms(single["p50"]) + " 1 proc" if single else "-",
-                        f"{m['p50'] / single['p50']:.1f}x" if single else "-"))
+        rows.append(
+            Row(
+                f"{m['procs']} procs: pair p50",
+                _ms(m["p50"]),
+                _ms(single["p50"]) + " 1 proc" if single else "-",
+                f"{m['p50'] / single['p50']:.1f}x" if single else "-",
+            )
+        )
         rows.append(
             Row(
                 f"{m['procs']} procs: pair p99",
@@ -352,6 +423,17 @@ def build_rows(rep: Report) -> None:
             )
         )
         rows.append(Row(f"{m['procs']} procs: pair max", _ms(m["max"])))
+        fl = r.get("sched_floor")
+        if fl:
+            rows.append(
+                Row(
+                    f"{m['procs']} procs: p99 of {_ms(fl['op'])} pure CPU, no ledger",
+                    _ms(fl["p99"]),
+                    "-",
+                    f"{m['p99'] / fl['p99']:.1f}x (ledger/floor)",
+                    "(scheduler floor)",
+                )
+            )
     if "cli" in r:
         c = r["cli"]
         base = c["python -c pass"]["median"]
@@ -359,7 +441,7 @@ def build_rows(rep: Report) -> None:
             med = t["median"]
             row = Row(
                 f"CLI: {name}",
-                f"{med:.3f} s (min {t['min']:.3f})",
+                f"{med:.3f} s (min {t['min']:.3f}, cpu {t['cpu_median']:.3f})",
                 f"{base:.3f} s",
                 f"{med / base:.1f}x",
             )
@@ -374,7 +456,7 @@ def print_table(rep: Report) -> None:
     from rich.table import Table
 
     # Wide enough for one line a row even when piped (rich falls back to 80 columns then).
-    console = Console(width=max(130, shutil.get_terminal_size((130, 24)).columns))
+    console = Console(width=max(160, shutil.get_terminal_size((160, 24)).columns))
     m = rep.machine
     console.print(
         f"machine: nproc={m['nproc']}"
@@ -389,8 +471,12 @@ def print_table(rep: Report) -> None:
         if runs
         else None
     )
-    table = Table(title="space-janitor benchmark", title_justify="left", caption=caption,
-                  caption_justify="left")
+    table = Table(
+        title="space-janitor benchmark",
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+    )
     table.add_column("measurement")
     table.add_column("value", justify="right")
     table.add_column("baseline", justify="right")
@@ -402,6 +488,21 @@ def print_table(rep: Report) -> None:
         verdict = f"[{style}]{row.verdict}[/]" if style else row.verdict
         table.add_row(row.measurement, row.value, row.baseline, row.ratio, row.target, verdict)
     console.print(table)
+    notes = []
+    load = max(m.get("loadavg_1m_at_start", 0), m.get("loadavg_1m_at_end", 0))
+    if m.get("nproc") and load > 0.5 * m["nproc"]:
+        notes.append(
+            f"load average reached {load} on {m['nproc']} CPUs around this run (start "
+            f"{m.get('loadavg_1m_at_start')}, end {m.get('loadavg_1m_at_end')}): other work "
+            "shared the machine, so latencies and CLI times are inflated; rerun on a quiet machine"
+        )
+    if m.get("janitor_compiled_each_run"):
+        notes.append(
+            "PYTHONDONTWRITEBYTECODE is set and janitor/ has no __pycache__ (editable install): "
+            "each CLI run compiles janitor's sources (~15-20 ms more than a wheel install)"
+        )
+    for note in notes:
+        console.print(f"[yellow]note[/]: {note}")
     if rep.missed:
         console.print(f"[bold red]{len(rep.missed)} target(s) missed[/]: " + "; ".join(rep.missed))
     else:
@@ -419,7 +520,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs-per-proc", type=int, help="pairs per process (default 500)")
     ap.add_argument("--cli-runs", type=int, help="timed runs of each command (default 10)")
     ap.add_argument(
-        "--only", choices=("single", "multi", "cli"), action="append",
+        "--only",
+        choices=("single", "multi", "cli"),
+        action="append",
         help="run only these parts (repeatable)",
     )
     ap.add_argument("--json", metavar="FILE", help="also write the raw numbers as JSON")
@@ -443,8 +546,12 @@ def main(argv: list[str] | None = None) -> int:
             rep.results["sqlite_floor_pairs_per_s"] = bench_sqlite_floor(root, pairs)
         if "multi" in parts:
             rep.results["multi"] = bench_multi(args.procs, per_proc, warmup // 4)
+            op = rep.results.get("single", {}).get("p50", 0.0004)
+            rep.results["sched_floor"] = bench_scheduler_floor(args.procs, per_proc, op)
         if "cli" in parts:
             rep.results["cli"] = bench_cli(cli_runs)
+    if hasattr(os, "getloadavg"):
+        rep.machine["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     build_rows(rep)
     print_table(rep)
     if args.json:

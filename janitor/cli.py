@@ -56,6 +56,16 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+def _console() -> Any:
+    """A rich console for stdout; piped, it never truncates ids and paths to 80 columns."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=1000)
+    return console
+
+
 def _janitor() -> Janitor:
     from janitor.core import Janitor
 
@@ -101,7 +111,7 @@ def _root(
 # -- reservations ----------------------------------------------------------------------------
 
 
-@app.command()
+@app.command(context_settings={"ignore_unknown_options": True})
 def reserve(
     tree: Annotated[str, typer.Argument(help="Tree whose volume the bytes are written to.")],
     size: Annotated[str, typer.Argument(help="Bytes to reserve: 500M, 2G, 1.5GiB, 2048.")],
@@ -190,7 +200,7 @@ def renew(
     _say(f"renewed {info.id}; lapses in {format_duration(info.expires - time.time())}")
 
 
-@app.command()
+@app.command(context_settings={"ignore_unknown_options": True})
 def check(
     tree: Annotated[str | None, typer.Argument(help="Tree whose volume would be written.")] = None,
     size: Annotated[str | None, typer.Argument(help="Bytes: 500M, 2G, 1.5GiB, 2048.")] = None,
@@ -271,11 +281,9 @@ def status(
     if as_json:
         _print_json(jan.status().as_dict())
         return
-    from rich.console import Console
-
     from janitor.view import render_status
 
-    console = Console()
+    console = _console()
     if not watch:
         console.print(render_status(jan.status(), jan.samples()))
         return

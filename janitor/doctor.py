@@ -277,6 +277,14 @@ def _snapshot_check(run: Callable[[list[str]], subprocess.CompletedProcess[str]]
         proc = run(["tmutil", "listlocalsnapshots", "/"])
     except (OSError, subprocess.SubprocessError):
         return Check("local snapshots", "warn", "tmutil cannot be run; cannot check")
+    if proc.returncode != 0:
+        why = (proc.stderr or proc.stdout).strip() or f"exit {proc.returncode}"
+        return Check(
+            "local snapshots",
+            "warn",
+            f"`tmutil listlocalsnapshots /` failed: {why}",
+            "give the terminal Full Disk Access, or run the command yourself",
+        )
     snaps = [ln for ln in proc.stdout.splitlines() if "com.apple" in ln]
     if snaps:
         return Check(

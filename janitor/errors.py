@@ -125,8 +125,8 @@ class ReservationRefused(JanitorError, OSError):
 
     @property
     def shortfall(self) -> int:
-        """Bytes missing for this request to fit."""
-        return max(0, self.requested - self.available)
+        """Bytes missing for this request to fit (including any deficit below the floor)."""
+        return max(0, self.requested - (self.free - self.floor - self.reserved))
 
     def _message(self) -> str:
         msg = (

@@ -18,8 +18,12 @@ from janitor.errors import ConfigError
 
 __all__ = ["WAV_HEADER_BYTES", "Estimate", "estimate_media", "pcm_bytes", "probe_duration"]
 
-#: A canonical RIFF/WAVE header (RIFF + fmt + data chunks), as ffmpeg writes for pcm_s16le.
+#: A canonical RIFF/WAVE header (RIFF + fmt + data chunks).
 WAV_HEADER_BYTES = 44
+#: ffmpeg adds a LIST/INFO chunk to the header: its own name (ISFT, e.g. "Lavf59.27.100") and the
+#: input's tags (title, artist, comment ...). Room for the chunk and the encoder name; each tag's
+#: text is added on top of it (see _info_bytes).
+WAV_INFO_BYTES = 256
 _WIDTHS = {"wav16": 2, "f32": 4}
 Format = Literal["wav16", "f32"]
 
@@ -58,25 +62,46 @@ class Estimate:
 
 def probe_duration(media: Path) -> float:
     """The media's duration in seconds, read with ffprobe; ConfigError if it cannot be read."""
+    return _probe(media)[0]
+
+
+def _info_bytes(tags: dict[str, str]) -> int:
+    """Bytes of the LIST/INFO chunk ffmpeg writes into a WAV for these tags (an upper bound)."""
+    return WAV_INFO_BYTES + sum(8 + len(str(v).encode()) + 2 for v in tags.values())
+
+
+def _probe(media: Path) -> tuple[float, dict[str, str]]:
+    """Duration in seconds and the container's tags, read with ffprobe."""
     ffprobe = shutil.which("ffprobe")
     if ffprobe is None:
         raise ConfigError("ffprobe not found on PATH; install ffmpeg (it ships ffprobe)")
     if not media.is_file():
         raise ConfigError(f"media file {media} does not exist or is not a file")
     proc = subprocess.run(
-        [ffprobe, "-v", "error", "-show_entries", "format=duration", "-of", "json", str(media)],
+        [
+            ffprobe,
+            "-v",
+            "error",
+            "-show_entries",
+            "format=duration:format_tags",
+            "-of",
+            "json",
+            str(media),
+        ],
         capture_output=True,
         text=True,
         check=False,
     )
     try:
-        duration = float(json.loads(proc.stdout or "{}")["format"]["duration"])
+        fmt = json.loads(proc.stdout or "{}")["format"]
+        duration = float(fmt["duration"])
+        tags = dict(fmt.get("tags") or {})
     except (KeyError, ValueError, TypeError):
         why = (proc.stderr.strip().splitlines() or ["no duration found"])[-1]
         raise ConfigError(f"ffprobe cannot read {media}: {why}") from None
     if not math.isfinite(duration) or duration < 0:
         raise ConfigError(f"ffprobe reports no usable duration for {media}")
-    return duration
+    return duration, tags
 
 
 def estimate_media(
@@ -85,9 +110,9 @@ def estimate_media(
     """Bytes the pipeline writes for ``media``: WAV (header included) or float32 PCM."""
     if fmt not in _WIDTHS:
         raise ConfigError(f"format {fmt!r} is not one of: {', '.join(_WIDTHS)}")
-    duration = probe_duration(media)
+    duration, tags = _probe(media)
     width = _WIDTHS[fmt]
     nbytes = pcm_bytes(duration, rate, channels, width)
     if fmt == "wav16":
-        nbytes += WAV_HEADER_BYTES
+        nbytes += WAV_HEADER_BYTES + _info_bytes(tags)
     return Estimate(str(media), duration, fmt, rate, channels, width, nbytes)

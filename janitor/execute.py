@@ -78,8 +78,8 @@ def run_guarded(
     """Reserve, run ``command``, watch it, release. ReservationRefused before it ever starts."""
     if not command:
         raise ConfigError("no command given; write it after `--`")
-    if shutil.which(command[0]) is None and not os.path.exists(command[0]):
-        raise ConfigError(f"command {command[0]!r} not found on PATH")
+    if shutil.which(command[0]) is None:
+        raise ConfigError(f"command {command[0]!r} not found on PATH, or not an executable file")
     tree_policy = jan.policy.tree(tree)
     reservation = jan.reserve(tree, nbytes, path=path, job=job, ttl=ttl, evict=evict)
     try:
@@ -115,7 +115,10 @@ def _run(
     info = reservation.info
     out = info.path
     env = {**os.environ, "JANITOR_RESERVATION": info.id}
-    child = subprocess.Popen(command, env=env)
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as exc:  # e.g. ENOEXEC: an executable file that is no program
+        raise ConfigError(f"cannot run {command[0]!r}: {exc.strerror}") from None
     forwarded: dict[signal.Signals, Any] = {}
 
     def forward(signum: int, frame: FrameType | None) -> None:

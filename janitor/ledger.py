@@ -8,6 +8,8 @@ locked" and a contended write waits milliseconds, not tens of them.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import random
@@ -236,41 +238,122 @@ class Ledger:
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.005)
 
+    def _writer_lock_fd(self) -> int:
+        fd: int | None = getattr(self._local, "lock_fd", None)
+        if fd is not None and self._local.lock_pid == os.getpid():
+            return fd
+        # One open file description per thread: flock belongs to the description, so threads
+        # of one process (the daemon's) must not share it.
+        fd = os.open(
+            self.path.with_name(self.path.name + ".lock"),
+            os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+            0o600,
+        )
+        self._local.lock_fd = fd
+        self._local.lock_pid = os.getpid()
+        return fd
+
+    def _acquire_writer(self, fd: int) -> None:
+        """Queue for the writer lock in the kernel, so a busy ledger stays fair.
+
+        Polling ``BEGIN IMMEDIATE`` with sleeps lets a writer starve while others keep the lock
+        almost always held; a blocked flock is woken the moment the lock is free. The blocking
+        call runs in a helper thread so the wait can time out.
+        """
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        state = {"cancelled": False, "held": False}
+        guard = threading.Lock()
+        done = threading.Event()
+
+        def wait() -> None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with guard:
+                if state["cancelled"]:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                else:
+                    state["held"] = True
+            done.set()
+
+        threading.Thread(target=wait, name="janitor-ledger-lock", daemon=True).start()
+        done.wait(self.lock_timeout)
+        with guard:
+            if state["held"]:
+                return
+            state["cancelled"] = True
+        raise LedgerError(
+            f"ledger {self.path} stayed locked for {self.lock_timeout:g}s; another process "
+            "holds it (raise lock_timeout_s or find the stuck process)"
+        )
+
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, serialised with every other writer of this ledger."""
         conn = self._connect()
         try:
-            self._begin(conn)
-        except sqlite3.Error as exc:
-            raise self._translate(exc) from None
+            lock_fd = self._writer_lock_fd()
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise LedgerFull(
+                    f"the ledger's disk is full ({self.path.parent}); nothing was granted, "
+                    "free some space and retry"
+                ) from None
+            raise LedgerError(
+                f"cannot open the ledger's lock file beside {self.path}: {exc.strerror}; "
+                "check the permissions of JANITOR_STATE_DIR"
+            ) from None
+        self._acquire_writer(lock_fd)
         try:
-            yield conn
-        except BaseException:
             try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            raise
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+                self._begin(conn)
+            except sqlite3.Error as exc:
+                raise self._translate(exc) from None
             try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            raise self._translate(exc) from None
+                yield conn
+            except BaseException:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                raise self._translate(exc) from None
+        finally:
+            fcntl.flock(lock_fd, fcntl.LOCK_UN)
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A consistent read snapshot (WAL readers never block writers)."""
-        conn = self._connect()
+        try:
+            conn = self._connect()
+        except LedgerError:
+            # A read-only state dir: nobody can write the ledger, so read it as immutable.
+            if not self.path.is_file() or os.access(self.path.parent, os.W_OK):
+                raise
+            conn = sqlite3.connect(
+                f"file:{self.path}?mode=ro&immutable=1",
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            self._local.conn = conn
         try:
             conn.execute("BEGIN")
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
         try:
             yield conn
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from None
         finally:
             try:
                 conn.execute("COMMIT")

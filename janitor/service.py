@@ -38,7 +38,10 @@ Say = Callable[[str], None]
 
 
 def _run(cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(cmd), capture_output=True, text=True, check=False)
+    try:
+        return subprocess.run(list(cmd), capture_output=True, text=True, check=False)
+    except OSError as exc:  # the manager is not installed (containers, minimal systems)
+        return subprocess.CompletedProcess(list(cmd), 127, "", f"{cmd[0]}: {exc.strerror}")
 
 
 def template_path(name: str) -> Path:
@@ -125,6 +128,8 @@ class Service:
             value = os.environ.get(key)
             if value:
                 env[key] = value
+        if self.settings.policy is not None:  # `janitor --policy FILE service install`
+            env["JANITOR_POLICY"] = str(self.settings.policy)
         return env
 
     def render(self) -> str:
@@ -249,6 +254,8 @@ class SystemdService(Service):
 
     def _fields(self) -> dict[str, str]:
         def quote(arg: str) -> str:
+            # systemd expands %-specifiers and $VARS in ExecStart and Environment lines.
+            arg = arg.replace("%", "%%").replace("$", "$$")
             if all(c.isalnum() or c in "/._-=:@" for c in arg):
                 return arg
             return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -188,7 +188,7 @@ class Settings(BaseSettings):
         token = _config_values.set(values)
         try:
             # The config's path must not come from JANITOR_CONFIG's env parsing twice.
-            return cls(**overrides)
+            return cls(**overrides, config=path if values else None)
         except ValidationError as exc:
             raise ConfigError(_describe(exc, path if values else None)) from None
         finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 from janitor.errors import ConfigError
 
@@ -49,7 +50,8 @@ def parse_size(text: str | int, *, allow_zero: bool = False, what: str = "size")
             suffix = "ib"
         if unit == "" and suffix.lower() not in ("", "b"):
             raise ConfigError(f"{what} {text!r} is not a size; use e.g. 500M, 2G, 1.5GiB or bytes")
-        value = math.floor(float(number) * _UNITS[unit.lower()])
+        # Fraction, not float: plain byte counts stay exact beyond 2**53.
+        value = math.floor(Fraction(number) * _UNITS[unit.lower()])
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(f"{what} {text!r} must be {'zero or ' if allow_zero else ''}positive")
     if value > MAX_SIZE:

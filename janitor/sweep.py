@@ -233,8 +233,8 @@ def make_room(
             return None
         now = time.time()
         scanned = [s for s in _scan_trees(ledger, trees, None) if s[0].exists]
-        if not scanned:
-            return None
+        if not any(units for _, units, _ in scanned):
+            return None  # nothing to evict: skip the walk over every process's open files
         protection = _protection(ledger, [u for _, us, _ in scanned for u in us], {device}, now)
         plan = plan_pressure(scanned, need, protection=protection, now=now, reason=reason)
         if not plan.items:

@@ -28,7 +28,8 @@ def sparkline(values: Sequence[float], width: int = 20) -> str:
         return ""
     if len(values) > width:
         step = len(values) / width
-        values = [values[min(len(values) - 1, int(i * step))] for i in range(width)]
+        # The last sample of each bucket, so the newest reading is always shown.
+        values = [values[min(len(values) - 1, int((i + 1) * step) - 1)] for i in range(width)]
     lo, hi = min(values), max(values)
     if hi == lo:
         return _BLOCKS[len(_BLOCKS) // 2] * len(values)
@@ -122,7 +123,13 @@ def render_status(
             ("lapses in", "right"),
             ("path", "left"),
         ):
-            rt.add_column(col, justify=just)  # type: ignore[arg-type]
+            # Ids are copied into `janitor release`: never cut them.
+            rt.add_column(
+                col,
+                justify=just,  # type: ignore[arg-type]
+                no_wrap=col == "id",
+                min_width=18 if col == "id" else None,
+            )
         now = time.time()
         for r in st.reservations:
             rt.add_row(

@@ -8,14 +8,18 @@ home folder: :func:`janitor_env` (autouse) points ``HOME``, every ``XDG_*`` dir,
 Fixtures (all function scoped):
 
 ``janitor_env``       the isolated environment (autouse); a :class:`JanitorEnv` with its folders.
-``tmpfs``             ``tmpfs("64m") -> Path``: mount a fresh tmpfs under tmp_path (unmounted after).
+``tmpfs``             ``tmpfs("64m") -> Path``: mount a fresh tmpfs under tmp_path (root only).
 ``write_policy``      ``write_policy(trees={...}, floor="4MiB") -> Path``: a small TOML policy.
 ``managed_volume``    ``managed_volume(size="64m", floor="8MiB") -> Volume``: tmpfs + tree + policy.
 ``run_cli``           ``run_cli("status", "--json") -> CompletedProcess``: the real console script.
+``run_cli_many``      ``run_cli_many([args, ...]) -> [CompletedProcess]``: several at once.
 ``fill``              ``fill(path, nbytes)``: write real (non-sparse) bytes to a file.
 ``fill_until_full``   ``fill_until_full(path) -> int``: write until the volume says ENOSPC.
 ``free_bytes``        ``free_bytes(path) -> int``: ``f_bavail * f_frsize`` from a fresh statvfs.
 ``ledger_dump``       ``ledger_dump(path) -> list[str]``: the ledger's logical content (iterdump).
+``holder``            ``holder(policy, tree, nbytes) -> Holder``: a process holding a reservation.
+``assert_one_line``   ``assert_one_line(stderr) -> str``: one line on stderr and no traceback.
+``remount_tmpfs``     ``remount_tmpfs(mount, "ro")``: remount a tmpfs with new options.
 """
 
 from __future__ import annotations
@@ -163,7 +167,7 @@ def remount_tmpfs() -> Callable[[Path, str], None]:
     return remount
 
 
-# -- files and space --------------------------------------------------------------------------------
+# -- files and space -------------------------------------------------------------------------------
 
 
 def fill_file(path: Path, nbytes: int, *, chunk: int = MiB) -> Path:
@@ -283,9 +287,7 @@ def policy_text(
 
 
 @pytest.fixture
-def write_policy(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., Path]:
+def write_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Path]:
     """``write_policy(trees={...}, floor="4MiB", volume=None, name="policy.toml", activate=True)``.
 
     Writes a small TOML policy under ``tmp_path/policies`` and returns its path. ``trees`` maps a
@@ -438,3 +440,119 @@ def one_line_error(stderr: str) -> str:
 def assert_one_line() -> Callable[[str], str]:
     """``assert_one_line(stderr) -> str``: one line on stderr, no traceback; returns the line."""
     return one_line_error
+
+
+# -- reservations held by other processes ----------------------------------------------------------
+
+_HOLDER = r"""
+import sys
+from janitor import Janitor
+
+jan = Janitor.from_settings(policy=sys.argv[1])
+r = jan.reserve(sys.argv[2], int(sys.argv[3]), job="holder")
+print(r.id, flush=True)
+sys.stdin.read()  # hold the reservation until stdin closes (or the process is killed)
+r.release()
+print("released", flush=True)
+"""
+
+
+@dataclass
+class Holder:
+    """A separate Python process that holds one reservation through the Python API."""
+
+    proc: subprocess.Popen[str]
+    id: str
+
+    @property
+    def pid(self) -> int:
+        """The owner pid the ledger records for the reservation."""
+        return self.proc.pid
+
+    def release(self) -> None:
+        """Close its stdin: it releases the reservation and exits 0."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        assert self.proc.stdout.readline().strip() == "released"
+        assert self.proc.wait(timeout=30) == 0
+
+
+@pytest.fixture
+def holder() -> Iterator[Callable[[Path, str, int], Holder]]:
+    """``holder(policy, tree, nbytes) -> Holder``: another process that reserves and waits.
+
+    Returns once the reservation is granted (its id is read from the child's stdout); fails the
+    test with the child's stderr if it was not. Children still running at teardown are killed.
+    """
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(policy: Path, tree: str, nbytes: int) -> Holder:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER, str(policy), tree, str(nbytes)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        procs.append(proc)
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline().strip()
+        if not line.startswith("r-"):
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"holder was not granted {nbytes} B on {tree}: {proc.stderr.read()}")
+        return Holder(proc, line)
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def run_cli_many() -> Callable[..., list[subprocess.CompletedProcess[str]]]:
+    """``run_cli_many([args, ...], env=None) -> [CompletedProcess, ...]``: run them concurrently.
+
+    Like :func:`run_cli` for several independent invocations at once (the console script's
+    start-up dominates, and the machine has more than one core); results keep the input order.
+    Each item is a tuple of arguments, or ``(args, env)`` with per-run environment changes.
+    """
+    assert JANITOR_BIN.exists(), f"console script {JANITOR_BIN} is not installed"
+
+    def run(
+        runs: list[tuple[Any, ...]],
+        env: Mapping[str, str | None] | None = None,
+        timeout: float = 60,
+    ) -> list[subprocess.CompletedProcess[str]]:
+        procs = []
+        for item in runs:
+            if len(item) == 2 and isinstance(item[0], tuple):
+                args, extra = item
+            else:
+                args, extra = item, {}
+            child_env = dict(os.environ)
+            for key, value in {**(env or {}), **extra}.items():
+                if value is None:
+                    child_env.pop(key, None)
+                else:
+                    child_env[key] = value
+            argv = [str(JANITOR_BIN), *map(os.fspath, args)]
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=child_env,
+            )
+            procs.append((argv, proc))
+        results = []
+        for argv, proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            results.append(subprocess.CompletedProcess(argv, proc.returncode, out, err))
+        return results
+
+    return run

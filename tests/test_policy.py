@@ -14,7 +14,7 @@ from janitor.errors import ConfigError, PolicyError, UnknownTree
 from janitor.policy import load_policy
 from janitor.settings import shipped_policy_path
 
-from .conftest import MiB, JanitorEnv, total_of
+from .conftest import JanitorEnv, MiB, total_of
 
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="XDG placeholders are Linux's layout"
@@ -88,7 +88,9 @@ def test_minimal_policy_works_for_a_reservation(tmp_path: Path, janitor_env: Jan
 def test_write_policy_fixture_writes_a_loadable_policy(
     tmp_path: Path, write_policy: Callable[..., Path]
 ) -> None:
-    path = write_policy({"t": tmp_path / "c", "s": {"role": "scratch", "path": str(tmp_path / "s")}})
+    path = write_policy(
+        {"t": tmp_path / "c", "s": {"role": "scratch", "path": str(tmp_path / "s")}}
+    )
     pol = load_policy(path)
     assert pol.trees["t"].role == "cache"
     assert pol.trees["s"].role == "scratch"
@@ -244,15 +246,27 @@ def test_bad_toml(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "key", "reason"),
     [
-        ('[trees.t]\nrole = "cache"\npath = "/srv/x/y"\nquota_mb = 5\n', "trees.t.quota_mb", "unknown key"),
+        (
+            '[trees.t]\nrole = "cache"\npath = "/srv/x/y"\nquota_mb = 5\n',
+            "trees.t.quota_mb",
+            "unknown key",
+        ),
         ('[volumee]\nfloor = "1G"\n', "volumee", "unknown key"),
         ('[volume]\nflor = "1G"\n', "volume.flor", "unknown key"),
-        ('[trees.t]\nrole = "cache"\npath = "/srv/x/y"\nquota = "ten"\n', "trees.t.quota", "not a size"),
+        (
+            '[trees.t]\nrole = "cache"\npath = "/srv/x/y"\nquota = "ten"\n',
+            "trees.t.quota",
+            "not a size",
+        ),
         ('[volume]\nfloor = "-4MiB"\n', "volume.floor", "size"),
         ('[trees.t]\npath = "/srv/x/y"\n', "trees.t.role", "missing"),
         ('[trees.t]\nrole = "cache"\n', "trees.t.path", "missing"),
         ('[trees.t]\nrole = "archive"\npath = "/srv/x/y"\n', "trees.t.role", ""),
-        ('[trees.t]\nrole = "cache"\npath = "/srv/x/y"\nmin_age = "soon"\n', "trees.t.min_age", "duration"),
+        (
+            '[trees.t]\nrole = "cache"\npath = "/srv/x/y"\nmin_age = "soon"\n',
+            "trees.t.min_age",
+            "duration",
+        ),
         ('[trees.t]\nrole = "cache"\npath = "/srv/x/y"\nquota = "0"\n', "trees.t", "quota"),
     ],
 )

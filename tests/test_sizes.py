@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from janitor.errors import ConfigError, JanitorError
 from janitor.sizes import format_duration, format_size, parse_duration, parse_size
 
 KiB, MiB, GiB, TiB = 1024, 1024**2, 1024**3, 1024**4
+
+#: No example database: the suite writes nothing outside its tmp folders.
+no_db = settings(database=None)
 
 
 @pytest.mark.parametrize(
@@ -103,6 +106,7 @@ def test_format_size(n: int, text: str) -> None:
 _UNIT_SIZES = {"": 1, "K": KiB, "KiB": KiB, "M": MiB, "MiB": MiB, "G": GiB, "GiB": GiB}
 
 
+@no_db
 @given(st.integers(min_value=1, max_value=2**53))
 def test_plain_bytes_round_trip(n: int) -> None:
     assert parse_size(str(n)) == n
@@ -118,11 +122,13 @@ def test_plain_bytes_are_exact_beyond_float_precision(n: int) -> None:
     assert parse_size(f"{n}B") == n
 
 
+@no_db
 @given(st.integers(min_value=1, max_value=10**6), st.sampled_from(sorted(_UNIT_SIZES)))
 def test_integer_with_unit_is_exact(k: int, unit: str) -> None:
     assert parse_size(f"{k}{unit}") == k * _UNIT_SIZES[unit]
 
 
+@no_db
 @given(st.integers(min_value=1, max_value=2**60))
 def test_format_then_parse_is_within_rounding(n: int) -> None:
     """format_size keeps one decimal of the largest unit: at most 5 % off, never more."""
@@ -130,6 +136,7 @@ def test_format_then_parse_is_within_rounding(n: int) -> None:
     assert abs(back - n) <= n * 0.05 + 1
 
 
+@no_db
 @given(st.integers(min_value=1, max_value=1023))
 def test_small_sizes_format_exactly(n: int) -> None:
     assert parse_size(format_size(n)) == n
@@ -170,6 +177,7 @@ def test_parse_duration_refuses_garbage_and_negative(text: str | float) -> None:
     assert "\n" not in str(info.value)
 
 
+@no_db
 @given(
     st.integers(min_value=0, max_value=100),
     st.integers(min_value=0, max_value=59),
@@ -179,6 +187,7 @@ def test_compound_durations_add_up(h: int, m: int, s: int) -> None:
     assert parse_duration(f"{h}h{m}m{s}s") == h * 3600 + m * 60 + s
 
 
+@no_db
 @given(st.integers(min_value=0, max_value=10**7))
 def test_format_duration_parses_back_within_its_two_units(seconds: int) -> None:
     """format_duration keeps the two largest units; parsing it back loses only the rest."""
