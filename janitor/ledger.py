@@ -45,6 +45,11 @@ SCHEMA_VERSION = 1
 
 _T = TypeVar("_T")
 
+#: WAL size past which a writer folds it back into the database after its transaction.
+_CHECKPOINT_BYTES = 8 * 1024 * 1024
+#: What the WAL file is cut back to when it restarts.
+_WAL_KEEP_BYTES = 1024 * 1024
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS reservations (
     id          TEXT PRIMARY KEY,
@@ -148,6 +153,8 @@ class Ledger:
         self.lock_timeout = lock_timeout
         self._local = threading.local()
         self._pid = os.getpid()
+        self._wal_path = self.path.with_name(self.path.name + "-wal")
+        self._last_checkpoint = 0.0
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -182,6 +189,11 @@ class Ledger:
             if str(mode).lower() != "wal":
                 conn.execute("PRAGMA journal_mode = DELETE")
             conn.execute("PRAGMA synchronous = NORMAL")
+            # Checkpoints (which fsync) run after the writer lock is released, not inside some
+            # unlucky writer's transaction: see _maybe_checkpoint.
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+            # After a checkpoint, the next writer restarts the WAL and truncates it to this.
+            conn.execute(f"PRAGMA journal_size_limit = {_WAL_KEEP_BYTES}")
             conn.execute("PRAGMA foreign_keys = ON")
             self._ensure_schema(conn)
         except sqlite3.Error as exc:
@@ -329,6 +341,28 @@ class Ledger:
                 raise self._translate(exc) from None
         finally:
             fcntl.flock(lock_fd, fcntl.LOCK_UN)
+        self._maybe_checkpoint(conn)
+
+    def _maybe_checkpoint(self, conn: sqlite3.Connection) -> None:
+        """Fold the WAL back into the database once it passes a few MiB.
+
+        PASSIVE never waits for other connections, and runs outside the writer lock, so other
+        writers go on while this one pays for the fsync.
+        """
+        try:
+            size = os.stat(self._wal_path).st_size
+        except OSError:
+            return
+        if size < _CHECKPOINT_BYTES:
+            return
+        now = time.monotonic()
+        if now - self._last_checkpoint < 1.0:
+            return  # a reader kept the last one from finishing: do not retry on every write
+        self._last_checkpoint = now
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error:
+            pass  # busy or full: the next writer tries again
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

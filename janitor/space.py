@@ -50,10 +50,27 @@ def device_of(path: Path | str) -> int:
     return os.stat(existing_ancestor(path)).st_dev
 
 
+_MOUNTS: dict[tuple[str, int], str] = {}
+
+
 def mount_point(path: Path | str) -> str:
     """The folder where ``path``'s volume is mounted: ``/`` or ``/System/Volumes/Data`` ..."""
     p = existing_ancestor(path)
     dev = os.stat(p).st_dev
+    # Walking up costs a stat per level on every admission; a path's mount point changes only
+    # when something is mounted or unmounted, which changes the device it reports.
+    key = (str(p), dev)
+    cached = _MOUNTS.get(key)
+    if cached is not None:
+        return cached
+    mount = _walk_up(p, dev)
+    if len(_MOUNTS) > 1024:
+        _MOUNTS.clear()
+    _MOUNTS[key] = mount
+    return mount
+
+
+def _walk_up(p: Path, dev: int) -> str:
     while p != p.parent:
         parent = p.parent
         if os.stat(parent).st_dev != dev:
