@@ -23,7 +23,9 @@ Both sides start from the same cache state: nothing is dropped from the page cac
 is written, ``sync``'ed, then read once with ``du -s`` before anything is timed, and ``sync``
 runs (untimed) before every timed delete so neither side pays for the other's writeback. Times
 are ``time.perf_counter`` around ``subprocess.run`` for du/find (their exec is included) and
-around the in-process janitor calls. Each figure is the median of ``--repeat`` runs.
+around the in-process janitor calls. Each figure is the median of ``--repeat`` runs. The table
+also gives CPU seconds (user + system: ``time.process_time`` for the janitor, the child's rusage
+for du/find) and their ratio, which other load on the machine disturbs far less than wall time.
 
     python benchmarks/bench_sweep.py                      # 200k scan, 100k delete, 1M planner
     python benchmarks/bench_sweep.py --files 1000000      # the optional 1M-file scan
@@ -736,7 +738,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         remove_tree(work)
         if mounted is not None:
-            subprocess.run(["umount", str(mounted)], check=False)
+            if subprocess.run(["umount", str(mounted)], check=False).returncode != 0:
+                subprocess.run(["umount", "-l", str(mounted)], check=False)  # detach when busy
             try:
                 mounted.rmdir()
             except OSError:

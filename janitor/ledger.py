@@ -228,11 +228,20 @@ class Ledger:
             raise
 
     def close(self) -> None:
-        """Close this thread's connection (others close when their thread ends)."""
+        """Close this thread's connection and lock file (others close when their thread ends)."""
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
             self._local.conn = None
+        fd: int | None = getattr(self._local, "lock_fd", None)
+        if fd is not None:
+            self._local.lock_fd = None
+            # A descriptor inherited over fork belongs to the parent's bookkeeping; closing our
+            # copy is still right, it only drops this process's reference.
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     # -- transactions --------------------------------------------------------------------------
 

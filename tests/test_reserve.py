@@ -291,6 +291,26 @@ def test_context_manager_releases_on_exception(managed_volume: MakeVolume) -> No
     assert [e.reservation for e in _events(jan, "release")] == [r.id]
 
 
+def test_closing_the_ledger_leaves_no_descriptor_on_its_files(managed_volume: MakeVolume) -> None:
+    jan = managed_volume("64m").janitor()
+    jan.reserve("t", MiB).release()  # a write: opens the connection and the writer lock file
+    state = jan.ledger.path.parent
+
+    def open_in_state() -> list[str]:
+        targets = []
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                targets.append(os.readlink(f"/proc/self/fd/{name}"))
+            except FileNotFoundError:  # the descriptor listdir itself used
+                continue
+        return sorted(t for t in targets if t.startswith(str(state)))
+
+    assert open_in_state(), "the write should have opened the ledger"
+    jan.ledger.close()
+    assert open_in_state() == []
+    jan.reserve("t", MiB).release()  # and it reopens on the next call
+
+
 # -- owners that die -----------------------------------------------------------------------------
 
 
