@@ -8,6 +8,7 @@
    second reservation on the job temp tree, checking that reservation between windows.
 4. Stops with one clear line and exit 75 on ReservationRefused (not enough room up front) or
    SpaceRisk (the volume went critical while it ran); the job folder is removed either way.
+   Media ffprobe cannot read is exit 2, an ffmpeg failure exit 1, each with one line.
 
     python examples/align_worker.py MEDIA [--window 10]
 
@@ -27,7 +28,7 @@ import tempfile
 import wave
 from pathlib import Path
 
-from janitor import Janitor, ReservationRefused, SpaceRisk
+from janitor import Janitor, JanitorError, ReservationRefused, SpaceRisk
 from janitor.estimate import estimate_media, pcm_bytes
 
 
@@ -47,11 +48,15 @@ def convert(jan: Janitor, media: Path, cache: Path) -> Path:
     tmp = wav.with_name(wav.stem + ".tmp.wav")
     need = estimate_media(media, fmt="wav16").bytes
     with jan.reserve("media_cache", need, path=tmp, job="convert"):
-        subprocess.run(
-            ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-i", str(media),
-             "-ac", "1", "-ar", "16000", "-c:a", "pcm_s16le", str(tmp)],
-            check=True,
-        )
+        try:
+            subprocess.run(
+                ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-i",
+                 str(media), "-ac", "1", "-ar", "16000", "-c:a", "pcm_s16le", str(tmp)],
+                check=True,
+            )
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # never leave a half-written WAV in the cache
+            raise
         os.replace(tmp, wav)
     return wav
 
@@ -100,6 +105,12 @@ def main() -> int:
     except SpaceRisk as exc:
         print(f"align_worker: stopped early, the disk is nearly full: {exc}", file=sys.stderr)
         return 75
+    except JanitorError as exc:  # unreadable media, no ffprobe, a bad policy
+        print(f"align_worker: {exc}", file=sys.stderr)
+        return 2
+    except subprocess.CalledProcessError as exc:
+        print(f"align_worker: ffmpeg failed with exit code {exc.returncode}", file=sys.stderr)
+        return 1
     print(f"align_worker: {args.media} -> {wav.name}, {windows} windows", file=sys.stderr)
     return 0
 

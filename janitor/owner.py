@@ -19,40 +19,71 @@ _PROC = os.path.isdir("/proc/self")
 _START_TOLERANCE_S = 0.05
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_boot_time: float | None = None
+
+
+def _proc_stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the name; [] when no such process; None: cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: fields start after the last ')'.
+    fields = data[data.rfind(b")") + 2 :].split()
+    return fields if len(fields) > 19 else None
+
+
+def _started(fields: list[bytes]) -> float:
+    """Start time from /proc/PID/stat as psutil computes it: boot time + starttime ticks."""
+    global _boot_time
+    if _boot_time is None:
+        _boot_time = float(psutil.boot_time())
+    return _boot_time + int(fields[19]) / _CLOCK_TICKS
+
+
+def _proc_alive(pid: int, start: float | None) -> bool | None:
+    """Linux fast path: one read of /proc/PID/stat (psutil costs several). None: cannot tell."""
+    fields = _proc_stat(pid)
+    if fields is None:
+        return None
+    if not fields or fields[0] in (b"Z", b"X"):
+        return False  # a zombie never writes again
+    if start is None or start < 0:
+        return True
+    return abs(_started(fields) - start) < _START_TOLERANCE_S
+
+
 def process_start(pid: int) -> float | None:
     """The start time of process ``pid`` (epoch seconds), or None if there is no such process."""
+    if pid == os.getpid():
+        # Our own start never changes; every reserve asks for it. Keyed by pid for fork().
+        cached = _own_start.get(pid)
+        if cached is None:
+            cached = _own_start[pid] = _process_start(pid)
+        return cached
+    return _process_start(pid)
+
+
+_own_start: dict[int, float | None] = {}
+
+
+def _process_start(pid: int) -> float | None:
+    if _PROC:
+        fields = _proc_stat(pid)
+        if fields is not None:
+            if not fields or fields[0] in (b"Z", b"X"):
+                return None  # gone, or a zombie that will never write again
+            return _started(fields)
     try:
         return float(psutil.Process(pid).create_time())
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return None
     except psutil.AccessDenied:
         return None if not psutil.pid_exists(pid) else -1.0
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_boot_time: float | None = None
-
-
-def _proc_alive(pid: int, start: float | None) -> bool | None:
-    """Linux fast path: one read of /proc/PID/stat (psutil costs several). None: cannot tell."""
-    global _boot_time
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses: fields start after the last ')'.
-    fields = data[data.rfind(b")") + 2 :].split()
-    if not fields or fields[0] in (b"Z", b"X"):
-        return False  # a zombie never writes again
-    if start is None or start < 0:
-        return True
-    if _boot_time is None:
-        _boot_time = float(psutil.boot_time())
-    started = _boot_time + int(fields[19]) / _CLOCK_TICKS
-    return abs(started - start) < _START_TOLERANCE_S
 
 
 def is_alive(pid: int, start: float | None) -> bool:

@@ -136,6 +136,22 @@ def test_align_worker_end_to_end(mp3: Path, tmpfs: Mount) -> None:
 
 
 @needs_ffmpeg
+def test_align_worker_unreadable_media_is_one_line_and_exit_2(tmp_path: Path, tmpfs: Mount) -> None:
+    mount = tmpfs("16m")
+    cache, tmp = mount / "media_cache", mount / "tmp"
+    tmp.mkdir()
+    env = pipeline_env(cache, tmp)
+    bogus = tmp_path / "notes.mp3"
+    bogus.write_text("not audio at all\n")
+    done = run([sys.executable, EXAMPLES / "align_worker.py", bogus], env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = one_line_error(done.stderr)
+    assert "notes.mp3" in line, line
+    assert not cache.exists() or list(cache.iterdir()) == []
+    assert janitor(env, "status", "--json")["reservations"] == []
+
+
+@needs_ffmpeg
 def test_align_worker_refused_when_the_cache_volume_is_too_small(mp3: Path, tmpfs: Mount) -> None:
     mount = tmpfs("3m")  # default floor 10 %: ~2.7 MiB left, less than the ~3.7 MiB WAV
     cache, tmp = mount / "media_cache", mount / "tmp"
