@@ -1,15 +1,14 @@
 """The ledger: one SQLite file (WAL) that every janitor process shares, daemon or not.
 
 It holds reservations, pins, touches, free-space samples and a log of what was granted, refused,
-released and deleted. Writers take the database's write lock with ``BEGIN IMMEDIATE`` and retry
-with short sleeps instead of SQLite's coarse busy handler, so callers never see "database is
-locked" and a contended write waits milliseconds, not tens of them.
+released and deleted. Writers first queue for the writer lock (janitor.writelock: one at a
+time, in arrival order, timing out with a clear error), then take SQLite's own write lock with
+``BEGIN IMMEDIATE``, so callers never see "database is locked" and a contended write waits a
+few transactions, not the luck of the scheduler.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
 import random
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from janitor.errors import LedgerError, LedgerFull
+from janitor.writelock import WriterLock
 
 __all__ = ["SCHEMA_VERSION", "Ledger", "LogEntry", "db_path", "py_path"]
 
@@ -155,6 +155,10 @@ class Ledger:
         self._pid = os.getpid()
         self._wal_path = self.path.with_name(self.path.name + "-wal")
         self._last_checkpoint = 0.0
+        # Writers queue here, in arrival order, before SQLite's own lock: see janitor.writelock.
+        self._writer = WriterLock(
+            self.path.with_name(self.path.name + ".lock"), timeout=lock_timeout
+        )
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -233,15 +237,7 @@ class Ledger:
         if conn is not None:
             conn.close()
             self._local.conn = None
-        fd: int | None = getattr(self._local, "lock_fd", None)
-        if fd is not None:
-            self._local.lock_fd = None
-            # A descriptor inherited over fork belongs to the parent's bookkeeping; closing our
-            # copy is still right, it only drops this process's reference.
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._writer.close()
 
     # -- transactions --------------------------------------------------------------------------
 
@@ -259,74 +255,11 @@ class Ledger:
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.005)
 
-    def _writer_lock_fd(self) -> int:
-        fd: int | None = getattr(self._local, "lock_fd", None)
-        if fd is not None and self._local.lock_pid == os.getpid():
-            return fd
-        # One open file description per thread: flock belongs to the description, so threads
-        # of one process (the daemon's) must not share it.
-        fd = os.open(
-            self.path.with_name(self.path.name + ".lock"),
-            os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-            0o600,
-        )
-        self._local.lock_fd = fd
-        self._local.lock_pid = os.getpid()
-        return fd
-
-    def _acquire_writer(self, fd: int) -> None:
-        """Queue for the writer lock in the kernel, so a busy ledger stays fair.
-
-        Polling ``BEGIN IMMEDIATE`` with sleeps lets a writer starve while others keep the lock
-        almost always held; a blocked flock is woken the moment the lock is free. The blocking
-        call runs in a helper thread so the wait can time out.
-        """
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            pass
-        state = {"cancelled": False, "held": False}
-        guard = threading.Lock()
-        done = threading.Event()
-
-        def wait() -> None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            with guard:
-                if state["cancelled"]:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-                else:
-                    state["held"] = True
-            done.set()
-
-        threading.Thread(target=wait, name="janitor-ledger-lock", daemon=True).start()
-        done.wait(self.lock_timeout)
-        with guard:
-            if state["held"]:
-                return
-            state["cancelled"] = True
-        raise LedgerError(
-            f"ledger {self.path} stayed locked for {self.lock_timeout:g}s; another process "
-            "holds it (raise lock_timeout_s or find the stuck process)"
-        )
-
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, serialised with every other writer of this ledger."""
         conn = self._connect()
-        try:
-            lock_fd = self._writer_lock_fd()
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                raise LedgerFull(
-                    f"the ledger's disk is full ({self.path.parent}); nothing was granted, "
-                    "free some space and retry"
-                ) from None
-            raise LedgerError(
-                f"cannot open the ledger's lock file beside {self.path}: {exc.strerror}; "
-                "check the permissions of JANITOR_STATE_DIR"
-            ) from None
-        self._acquire_writer(lock_fd)
+        self._writer.acquire()
         try:
             try:
                 self._begin(conn)
@@ -349,7 +282,7 @@ class Ledger:
                     pass
                 raise self._translate(exc) from None
         finally:
-            fcntl.flock(lock_fd, fcntl.LOCK_UN)
+            self._writer.release()
         self._maybe_checkpoint(conn)
 
     def _maybe_checkpoint(self, conn: sqlite3.Connection) -> None:

@@ -175,16 +175,38 @@ def resolve_path(tree: TreePolicy, path: str | os.PathLike[str]) -> str:
 
 def reap(conn: sqlite3.Connection, now: float) -> list[ReservationInfo]:
     """End live reservations whose TTL passed or whose owner died; returns the ones ended."""
+    return _reap_and_sum(conn, now, None)[0]
+
+
+def _reap_and_sum(
+    conn: sqlite3.Connection, now: float, device: int | None
+) -> tuple[list[ReservationInfo], int]:
+    """One pass over the live reservations, inside the caller's write transaction.
+
+    Ends those whose TTL passed or whose owner died and sums the outstanding bytes of the rest
+    on ``device``. Admission runs this under the writer lock, so it reads each row once, builds
+    a value only for the rare row it ends, and asks the OS about each owner once.
+    """
     rows = conn.execute(f"SELECT {_COLUMNS} FROM reservations WHERE state = 'live'").fetchall()
     ended = []
+    reserved = 0
+    alive: dict[tuple[int, float | None], bool] = {}
     for row in rows:
-        info = ReservationInfo.from_row(row, measure=False)
-        if info.expires <= now:
+        # _COLUMNS: id, tree, device, volume, bytes, path, job, owner_pid, owner_start, ..., expires
+        owner = (row[7], row[8])
+        if row[10] <= now:
             state = "expired"
-        elif not is_alive(info.owner_pid, info.owner_start):
-            state = "dead"
         else:
-            continue
+            ok = alive.get(owner)
+            if ok is None:
+                ok = alive[owner] = is_alive(*owner)
+            if ok:
+                if row[2] == device:
+                    path = row[5]
+                    reserved += outstanding(row[4], py_path(path) if path is not None else None)
+                continue
+            state = "dead"
+        info = ReservationInfo.from_row(row, measure=False)
         conn.execute(
             "UPDATE reservations SET state = ?, ended = ? WHERE id = ?", (state, now, info.id)
         )
@@ -200,7 +222,7 @@ def reap(conn: sqlite3.Connection, now: float) -> list[ReservationInfo]:
             owner_pid=info.owner_pid,
         )
         ended.append(replace(info, state=state, ended=now))
-    return ended
+    return ended, reserved
 
 
 def live_reservations(
@@ -260,10 +282,8 @@ def admit(
     With ``grant=False`` it only answers (`janitor check`); a refusal is logged either way.
     """
     now = time.time() if now is None else now
-    reap(conn, now)
     device, mount, free, floor = measure(policy, tree)
-    others = live_reservations(conn, device=device, now=now, check_owners=False)
-    reserved = sum(r.outstanding for r in others)
+    _, reserved = _reap_and_sum(conn, now, device)
     decision = Admission(tree.name, mount, device, nbytes, free, floor, reserved, evicted)
     if not decision.fits and grant:
         Ledger.log(

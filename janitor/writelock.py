@@ -1,0 +1,220 @@
+"""The ledger's writer lock: one writer at a time across processes, served in arrival order.
+
+A plain ``flock`` is unfair under load: on unlock every waiter is woken and whichever process
+happens to be on a CPU wins, so the process that just released usually takes it again and a
+few unlucky ones wait tens of milliseconds. On Linux the lock therefore queues writers first,
+like a ticket lock built from open-file-description (OFD) byte-range locks on the lock file:
+
+* a writer takes a ticket ``t`` (a counter in the file, read and bumped under a lock on byte 0)
+  and locks slot byte ``t`` before it lets go of byte 0;
+* it then waits for slot ``t - 1`` (its predecessor's) to be unlocked, which wakes exactly
+  one waiter, in order, and unlocks its own slot when it leaves.
+
+The kernel drops a dead process's locks, so a crashed writer never blocks the queue. The queue
+only orders writers: mutual exclusion still comes from an ``flock`` taken after it, so a writer
+that gives up waiting in the queue (``timeout``) cannot let anyone in early. Elsewhere (macOS
+has no OFD locks) the lock is the ``flock`` alone.
+
+Every wait that may block runs in a helper thread, so it can time out with a clear error.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import queue
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from janitor.errors import LedgerError, LedgerFull
+
+__all__ = ["WriterLock"]
+
+_OFD = sys.platform.startswith("linux") and hasattr(fcntl, "F_OFD_SETLKW")
+_SETLK = getattr(fcntl, "F_OFD_SETLK", 0)
+_SETLKW = getattr(fcntl, "F_OFD_SETLKW", 0)
+#: ``struct flock``: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks), padding.
+_FLOCK = "@hhqqixxxx"
+_COUNTER = 8  # offset of the 8-byte ticket counter (byte 0 is the ticket mutex)
+_SLOTS = 1 << 20  # slot bytes start here; locks past the end of the file are fine
+_SLOT_SPAN = 1 << 40
+
+
+def _range_lock(fd: int, kind: int, start: int, *, wait: bool) -> None:
+    cmd = _SETLKW if wait else _SETLK
+    fcntl.fcntl(fd, cmd, struct.pack(_FLOCK, kind, os.SEEK_SET, start, 1, 0))
+
+
+class _Waiter:
+    """A thread that makes blocking lock calls for one thread, so that thread can time out."""
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[_Request] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="janitor-ledger-lock", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            request = self._requests.get()
+            try:
+                request.call()
+            except OSError as exc:
+                request.error = exc
+            with request.guard:
+                if request.cancelled and request.error is None:
+                    request.undo()  # the caller gave up before we got it: let it go at once
+                request.done.set()
+
+    def wait(self, call: Callable[[], None], undo: Callable[[], None], timeout: float) -> bool:
+        """Run ``call`` (blocking) here; True once it returned, False after ``timeout``."""
+        request = _Request(call, undo)
+        self._requests.put(request)
+        request.done.wait(timeout)
+        with request.guard:
+            if not request.done.is_set():
+                request.cancelled = True
+                return False
+        if request.error is not None:
+            raise request.error
+        return True
+
+
+class _Request:
+    __slots__ = ("call", "cancelled", "done", "error", "guard", "undo")
+
+    def __init__(self, call: Callable[[], None], undo: Callable[[], None]) -> None:
+        self.call = call
+        self.undo = undo
+        self.guard = threading.Lock()
+        self.done = threading.Event()
+        self.cancelled = False
+        self.error: OSError | None = None
+
+
+class _ThreadState(threading.local):
+    fd: int | None = None
+    pid: int = 0
+    slot: int | None = None
+    waiter: _Waiter | None = None
+
+
+class WriterLock:
+    """The exclusive lock on ``path``, for every thread of every process that opens it.
+
+    Each thread uses its own descriptor (flock and OFD locks belong to the open file, so threads
+    of one process, the daemon's, must not share one); a forked child opens its own.
+    """
+
+    def __init__(self, path: Path, *, timeout: float) -> None:
+        self.path = path
+        self.timeout = timeout
+        self._local = _ThreadState()
+
+    def _fd(self) -> int:
+        local = self._local
+        if local.fd is not None and local.pid == os.getpid():
+            return local.fd
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise LedgerFull(
+                    f"the ledger's disk is full ({self.path.parent}); nothing was granted, "
+                    "free some space and retry"
+                ) from None
+            raise LedgerError(
+                f"cannot open the ledger's lock file {self.path}: {exc.strerror}; "
+                "check the permissions of JANITOR_STATE_DIR"
+            ) from None
+        local.fd, local.pid, local.slot, local.waiter = fd, os.getpid(), None, None
+        return fd
+
+    def _wait(self, call: Callable[[], None], undo: Callable[[], None], deadline: float) -> bool:
+        local = self._local
+        if local.waiter is None:
+            local.waiter = _Waiter()
+        if local.waiter.wait(call, undo, max(0.0, deadline - time.monotonic())):
+            return True
+        local.waiter = None  # still blocked in its call: the next wait needs a fresh one
+        return False
+
+    def acquire(self) -> None:
+        """Block until this thread holds the lock; LedgerError after ``timeout`` seconds."""
+        fd = self._fd()
+        deadline = time.monotonic() + self.timeout
+        if _OFD:
+            self._queue(fd, deadline)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        if not self._wait(
+            lambda: fcntl.flock(fd, fcntl.LOCK_EX),
+            lambda: fcntl.flock(fd, fcntl.LOCK_UN),
+            deadline,
+        ):
+            self._leave_queue(fd)
+            raise LedgerError(
+                f"the ledger's lock {self.path} stayed held for {self.timeout:g}s; another "
+                "process holds it (raise lock_timeout_s or find the stuck process)"
+            )
+
+    def release(self) -> None:
+        """Let the next writer in."""
+        fd = self._local.fd
+        if fd is None:
+            return
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        self._leave_queue(fd)
+
+    def close(self) -> None:
+        """Close this thread's descriptor (which drops any lock it still holds)."""
+        fd, self._local.fd = self._local.fd, None
+        self._local.slot = None
+        if fd is not None:
+            os.close(fd)
+
+    # -- the queue (Linux) ---------------------------------------------------------------------
+
+    def _queue(self, fd: int, deadline: float) -> None:
+        """Take a ticket and wait until every writer that came before has left."""
+        _range_lock(fd, fcntl.F_WRLCK, 0, wait=True)  # held for microseconds by anyone
+        try:
+            raw = os.pread(fd, 8, _COUNTER)
+            ticket = int.from_bytes(raw, "little") if len(raw) == 8 else 0
+            os.pwrite(fd, ((ticket + 1) % _SLOT_SPAN).to_bytes(8, "little"), _COUNTER)
+            slot = _SLOTS + ticket % _SLOT_SPAN
+            # Locked before byte 0 is let go: a successor can only wait on a slot already held.
+            _range_lock(fd, fcntl.F_WRLCK, slot, wait=True)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                # No room for the counter: skip the queue; the flock alone still excludes.
+                return
+            raise
+        finally:
+            _range_lock(fd, fcntl.F_UNLCK, 0, wait=False)
+        self._local.slot = slot
+        before = _SLOTS + (ticket - 1) % _SLOT_SPAN
+        try:
+            _range_lock(fd, fcntl.F_WRLCK, before, wait=False)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            # Past the deadline the queue's order is given up on, and the flock decides.
+            if not self._wait(
+                lambda: _range_lock(fd, fcntl.F_WRLCK, before, wait=True),
+                lambda: _range_lock(fd, fcntl.F_UNLCK, before, wait=False),
+                deadline,
+            ):
+                return
+        _range_lock(fd, fcntl.F_UNLCK, before, wait=False)
+
+    def _leave_queue(self, fd: int) -> None:
+        slot, self._local.slot = self._local.slot, None
+        if slot is not None:
+            _range_lock(fd, fcntl.F_UNLCK, slot, wait=False)

@@ -1,0 +1,141 @@
+"""The ledger's writer lock, with real processes: exclusion, arrival order, timeouts, crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from janitor.errors import LedgerError
+from janitor.writelock import _COUNTER, _OFD, WriterLock
+
+needs_queue = pytest.mark.skipif(not _OFD, reason="the arrival-order queue needs Linux OFD locks")
+
+# A child that takes the lock, appends its name to a file while holding it, then lets go.
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from janitor.writelock import WriterLock
+    lock = WriterLock(Path(sys.argv[1]), timeout=30)
+    lock.acquire()
+    with open(sys.argv[2], "a") as out:
+        out.write(sys.argv[3] + "\\n")
+    time.sleep(float(sys.argv[4]))
+    lock.release()
+    """
+)
+
+
+def _ticket(path: Path) -> int:
+    raw = path.read_bytes()[_COUNTER : _COUNTER + 8] if path.exists() else b""
+    return int.from_bytes(raw, "little") if len(raw) == 8 else 0
+
+
+def _child(lock: Path, out: Path, name: str, hold: float = 0.0) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(lock), str(out), name, str(hold)],
+    )
+
+
+def _wait_for(cond: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.01)
+
+
+@needs_queue
+def test_writers_get_the_lock_in_arrival_order(tmp_path: Path) -> None:
+    path, out = tmp_path / "ledger.lock", tmp_path / "order"
+    lock = WriterLock(path, timeout=30)
+    lock.acquire()
+    children = []
+    for i in range(6):
+        before = _ticket(path)
+        children.append(_child(path, out, f"w{i}"))
+        _wait_for(lambda b=before: _ticket(path) > b)  # queued before the next one starts
+    assert not out.exists()  # nobody got in while we hold it
+    lock.release()
+    for c in children:
+        assert c.wait(30) == 0
+    assert out.read_text().split() == [f"w{i}" for i in range(6)]
+
+
+def test_only_one_holder_at_a_time(tmp_path: Path) -> None:
+    path, out = tmp_path / "ledger.lock", tmp_path / "order"
+    lock = WriterLock(path, timeout=30)
+    lock.acquire()
+    child = _child(path, out, "child")
+    time.sleep(0.3)
+    assert not out.exists()
+    lock.release()
+    assert child.wait(30) == 0
+    assert out.read_text() == "child\n"
+
+
+def test_a_held_lock_times_out_with_a_clear_error_then_works_again(tmp_path: Path) -> None:
+    path, out = tmp_path / "ledger.lock", tmp_path / "order"
+    holder = _child(path, out, "holder", hold=1.5)
+    _wait_for(out.exists)
+    lock = WriterLock(path, timeout=0.3)
+    t0 = time.monotonic()
+    with pytest.raises(LedgerError, match=r"stayed held for 0.3s.*lock_timeout_s"):
+        lock.acquire()
+    assert time.monotonic() - t0 < 1.2
+    assert holder.wait(30) == 0
+    lock.timeout = 5
+    lock.acquire()  # the abandoned wait let go of what it got late
+    lock.release()
+    other = _child(path, out, "after")
+    assert other.wait(30) == 0
+    assert out.read_text().split() == ["holder", "after"]
+
+
+def test_a_killed_holder_does_not_block_the_next_writer(tmp_path: Path) -> None:
+    path, out = tmp_path / "ledger.lock", tmp_path / "order"
+    holder = _child(path, out, "holder", hold=60)
+    _wait_for(out.exists)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(10)
+    lock = WriterLock(path, timeout=5)
+    t0 = time.monotonic()
+    lock.acquire()
+    assert time.monotonic() - t0 < 1.0
+    lock.release()
+
+
+def test_threads_of_one_process_exclude_each_other(tmp_path: Path) -> None:
+    import threading
+
+    lock = WriterLock(tmp_path / "ledger.lock", timeout=30)
+    inside = 0
+    worst = 0
+    guard = threading.Lock()
+
+    def work() -> None:
+        nonlocal inside, worst
+        for _ in range(200):
+            lock.acquire()
+            with guard:
+                inside += 1
+                worst = max(worst, inside)
+            time.sleep(0)
+            with guard:
+                inside -= 1
+            lock.release()
+        lock.close()
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert worst == 1
