@@ -2,7 +2,8 @@
 
 The walk never follows a symlink, never crosses into another filesystem, counts a hard-linked
 file once, takes names that are not valid UTF-8 (kept with ``surrogateescape``, as ``os`` does),
-and skips a folder that vanishes or cannot be read, counting it instead of failing.
+and skips a folder that vanishes, cannot be read or is swapped for another between its lstat and
+its open, counting it instead of failing.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 __all__ = ["Entry", "Snapshot", "display_path", "gc_paused", "scan"]
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_REPORT_EVERY = 4096  # entries between two progress calls
 
 
 @contextmanager
@@ -117,30 +121,70 @@ def _scan(
         return Snapshot(root, rst.st_dev, rst.st_ino, time.time(), (), 1, exists=False)
     device = rst.st_dev
     taken = time.time()
-    entries: list[Entry] = []
-    append = entries.append
-    seen: set[tuple[int, int]] = set()
-    skipped = 0
     # Folders are opened relative to their parent's descriptor with O_NOFOLLOW, and entries are
     # lstat'ed relative to it (fstatat): no symlink can redirect the walk, and the kernel does not
     # resolve the whole path again for every file, which is most of the walk's cost.
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = _DIR_FLAGS
     try:
         root_fd = os.open(root, flags)
     except OSError:
         return Snapshot(root, device, rst.st_ino, taken, (), 1, exists=False)
-    if os.fstat(root_fd).st_ino != rst.st_ino:
+    try:
+        fst = os.fstat(root_fd)
+    except OSError:
+        fst = None
+    if fst is None or (fst.st_dev, fst.st_ino) != (device, rst.st_ino):
         os.close(root_fd)
         return Snapshot(root, device, rst.st_ino, taken, (), 1, exists=False)
-    stack: list[tuple[int, str, str, int]] = [(root_fd, root, "", 0)]
-    s_isdir = stat.S_ISDIR
-    next_report = 4096
-    while stack:
-        fd, folder, rel_folder, depth = stack.pop()
-        try:
-            it = os.scandir(fd)
-        except OSError:
+    entries: list[Entry] = []
+    skipped = 0
+    # (folder's descriptor, its path + "/", its path relative to the root + "/" or "", depth)
+    stack: list[tuple[int, str, str, int]] = [(root_fd, root + "/", "", 0)]
+    try:
+        skipped = _walk(stack, entries, device, progress, max_depth)
+    finally:
+        for fd, *_ in stack:  # left open only when the walk was interrupted
             os.close(fd)
+    if progress is not None:
+        progress(len(entries))
+    return Snapshot(root, device, rst.st_ino, taken, tuple(entries), skipped)
+
+
+def _walk(
+    stack: list[tuple[int, str, str, int]],
+    entries: list[Entry],
+    device: int,
+    progress: Callable[[int], None] | None,
+    max_depth: int | None,
+) -> int:
+    """Drain ``stack`` depth first into ``entries``; the number of folders skipped.
+
+    The loop body runs once per file and is most of the scan's Python time, so every name it
+    needs is a local, each entry is built with ``tuple.__new__`` (the NamedTuple constructor is a
+    Python-level call per file) and its path with one concatenation, and the device number stored
+    is the root's own int object (equal by then), one allocation less per entry: the memory the
+    snapshot holds (about half a KiB a file, all freshly faulted in) is much of the scan's cost.
+    """
+    append = entries.append
+    pop = stack.pop
+    push = stack.append
+    new = cast("Callable[[type[Entry], tuple[object, ...]], Entry]", tuple.__new__)
+    scandir = os.scandir
+    open_ = os.open
+    close = os.close
+    fstat = os.fstat
+    s_isdir = stat.S_ISDIR
+    flags = _DIR_FLAGS
+    seen: set[int] = set()  # inodes of multiply-linked files already listed (one device)
+    skipped = 0
+    next_report = _REPORT_EVERY
+    while stack:
+        fd, prefix, rel_prefix, depth = pop()
+        descend = max_depth is None or depth + 1 < max_depth
+        try:
+            it = scandir(fd)
+        except OSError:
+            close(fd)
             skipped += 1
             continue
         try:
@@ -154,40 +198,52 @@ def _scan(
                         continue  # a mount point inside the tree: never ours
                     mode = st.st_mode
                     if st.st_nlink > 1 and not s_isdir(mode):
-                        key = (st.st_dev, st.st_ino)
-                        if key in seen:
+                        ino = st.st_ino
+                        if ino in seen:
                             continue
-                        seen.add(key)
+                        seen.add(ino)
                     name = d.name
-                    path = folder + "/" + name
-                    rel = rel_folder + name
+                    rel = rel_prefix + name
                     append(
-                        Entry(
-                            path,
-                            rel,
-                            st.st_blocks * 512,
-                            st.st_ino,
-                            st.st_dev,
-                            st.st_mtime,
-                            st.st_atime,
-                            st.st_ctime,
-                            st.st_uid,
-                            mode,
-                            st.st_size,
+                        new(
+                            Entry,
+                            (
+                                prefix + name,
+                                rel,
+                                st.st_blocks * 512,
+                                st.st_ino,
+                                device,
+                                st.st_mtime,
+                                st.st_atime,
+                                st.st_ctime,
+                                st.st_uid,
+                                mode,
+                                st.st_size,
+                            ),
                         )
                     )
-                    if s_isdir(mode) and (max_depth is None or depth + 1 < max_depth):
+                    if descend and s_isdir(mode):
                         try:
-                            child = os.open(name, flags, dir_fd=fd)
+                            child = open_(name, flags, dir_fd=fd)
                         except OSError:
                             skipped += 1
                             continue
-                        stack.append((child, path, rel + "/", depth + 1))
+                        # The folder opened must be the one just lstat'ed, not one renamed or
+                        # mounted into its place in between.
+                        try:
+                            cst = fstat(child)
+                        except OSError:
+                            cst = None
+                        if cst is None or cst.st_ino != st.st_ino or cst.st_dev != device:
+                            close(child)
+                            skipped += 1
+                            continue
+                        push((child, prefix + name + "/", rel + "/", depth + 1))
+        except OSError:
+            skipped += 1  # the listing itself failed part way (an I/O error, a revoked mount)
         finally:
-            os.close(fd)
+            close(fd)
         if progress is not None and len(entries) >= next_report:
             progress(len(entries))
-            next_report = len(entries) + 4096
-    if progress is not None:
-        progress(len(entries))
-    return Snapshot(root, device, rst.st_ino, taken, tuple(entries), skipped)
+            next_report = len(entries) + _REPORT_EVERY
+    return skipped

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from janitor.scan import Snapshot, display_path, scan
+from janitor.scan import Entry, Snapshot, display_path, scan
 
 from ._enforce_helpers import KiB, MiB, allocated, listing, make_file
 
@@ -223,3 +223,122 @@ def test_progress_reports_the_final_count(tmp_path: Path) -> None:
     seen: list[int] = []
     snap = scan(root, progress=seen.append)
     assert seen and seen[-1] == len(snap.entries) == 10
+
+
+def test_entries_are_plain_entries_equal_to_constructed_ones(tmp_path: Path) -> None:
+    # The scan builds entries with tuple.__new__ (no Python-level constructor per file); they
+    # must be indistinguishable from Entry(...): same type, fields, equality and helpers.
+    root = tmp_path / "tree"
+    make_file(root / "a.wav", 5000)
+    (root / "sub").mkdir()
+    snap = scan(root)
+    assert snap.entries
+    for e in snap.entries:
+        assert type(e) is Entry
+        assert Entry(*e) == e
+        assert e._fields == Entry._fields
+        assert e._replace(size=1).size == 1
+        assert e.dev == snap.device
+        st = os.lstat(e.path)
+        assert (e.mode, e.length, e.uid) == (st.st_mode, st.st_size, st.st_uid)
+        assert e.path == f"{root}/{e.rel}"
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_no_descriptor_is_left_open_even_when_the_scan_is_interrupted(tmp_path: Path) -> None:
+    root = tmp_path / "tree"
+    for d in range(6):
+        for i in range(1000):
+            (root / f"d{d}").mkdir(parents=True, exist_ok=True)
+            (root / f"d{d}" / f"f{i}").touch()
+    before = _open_fds()
+    scan(root)
+    assert _open_fds() == before
+
+    def stop(n: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        scan(root, progress=stop)  # raised while folders still wait, open, on the stack
+    assert _open_fds() == before
+
+
+def test_a_listing_that_fails_part_way_is_skipped_not_fatal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "tree"
+    make_file(root / "bad" / "one.wav", 10)
+    make_file(root / "bad" / "two.wav", 10)
+    make_file(root / "good" / "kept.wav", 10)
+    bad_ino = os.lstat(root / "bad").st_ino
+    real_scandir = os.scandir
+
+    class Failing:
+        """A listing that yields one entry, then fails the way readdir(3) can (EIO)."""
+
+        def __init__(self, fd: int) -> None:
+            self.it = real_scandir(fd)
+            self.n = 0
+
+        def __enter__(self) -> Failing:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.it.close()
+
+        def __iter__(self) -> Failing:
+            return self
+
+        def __next__(self) -> os.DirEntry[str]:
+            if self.n:
+                raise OSError(5, "Input/output error")
+            self.n += 1
+            return next(self.it)
+
+    def scandir(fd: int) -> object:
+        return Failing(fd) if os.fstat(fd).st_ino == bad_ino else real_scandir(fd)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    snap = scan(root)
+    assert snap.skipped == 1
+    rels = _rels(snap)
+    assert {"bad", "good", "good/kept.wav"} <= rels
+    assert len({"bad/one.wav", "bad/two.wav"} & rels) <= 1
+
+
+def test_a_folder_swapped_before_it_is_opened_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "tree"
+    (root / "a").mkdir(parents=True)  # empty, so another folder can be renamed over it
+    make_file(root / "b" / "intruder.wav", 10)
+    real_open = os.open
+    swapped: list[str] = []
+
+    def open_(path: str, flags: int, *args: object, **kwargs: object) -> int:
+        if path == "a" and not swapped:
+            os.rename(root / "b", root / "a")  # between the walk's lstat and its open
+            swapped.append(path)
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", open_)
+    snap = scan(root)
+    assert swapped
+    # Whichever order the folder was listed in, the renamed folder's content is never filed
+    # under the inode the walk saw as "a".
+    assert not any(r.startswith("a/") for r in _rels(snap))
+    assert snap.skipped == 1
+
+
+def test_max_depth_limits_the_walk(tmp_path: Path) -> None:
+    root = tmp_path / "tree"
+    make_file(root / "top.wav", 10)
+    make_file(root / "one" / "mid.wav", 10)
+    make_file(root / "one" / "two" / "deep.wav", 10)
+    assert _rels(scan(root, max_depth=1)) == {"top.wav", "one"}
+    assert _rels(scan(root, max_depth=2)) == {"top.wav", "one", "one/mid.wav", "one/two"}
+    assert len(scan(root).entries) == 5
