@@ -65,18 +65,31 @@ class _Waiter:
             except OSError as exc:
                 request.error = exc
             with request.guard:
-                if request.cancelled and request.error is None:
-                    request.undo()  # the caller gave up before we got it: let it go at once
+                if request.cancelled:
+                    if request.error is None:
+                        request.undo()  # the caller gave up before we got it: let go at once
+                    request.descriptor.finish()
                 request.done.set()
 
-    def wait(self, call: Callable[[], None], undo: Callable[[], None], timeout: float) -> bool:
-        """Run ``call`` (blocking) here; True once it returned, False after ``timeout``."""
-        request = _Request(call, undo)
+    def wait(
+        self,
+        call: Callable[[], None],
+        undo: Callable[[], None],
+        timeout: float,
+        descriptor: _Descriptor,
+    ) -> bool:
+        """Run ``call`` (blocking) here; True once it returned, False after ``timeout``.
+
+        After False, ``undo`` runs here once ``call`` returns, and ``descriptor`` stays open
+        until then even if its owner closes it: a late unlock must not hit a reused number.
+        """
+        request = _Request(call, undo, descriptor)
         self._requests.put(request)
         request.done.wait(timeout)
         with request.guard:
             if not request.done.is_set():
                 request.cancelled = True
+                descriptor.hold()
                 return False
         if request.error is not None:
             raise request.error
@@ -84,19 +97,51 @@ class _Waiter:
 
 
 class _Request:
-    __slots__ = ("call", "cancelled", "done", "error", "guard", "undo")
+    __slots__ = ("call", "cancelled", "descriptor", "done", "error", "guard", "undo")
 
-    def __init__(self, call: Callable[[], None], undo: Callable[[], None]) -> None:
+    def __init__(
+        self, call: Callable[[], None], undo: Callable[[], None], descriptor: _Descriptor
+    ) -> None:
         self.call = call
         self.undo = undo
+        self.descriptor = descriptor
         self.guard = threading.Lock()
         self.done = threading.Event()
         self.cancelled = False
         self.error: OSError | None = None
 
 
+class _Descriptor:
+    """One thread's descriptor of the lock file; closed only once no abandoned wait uses it."""
+
+    __slots__ = ("closing", "fd", "guard", "pending")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.guard = threading.Lock()
+        self.pending = 0
+        self.closing = False
+
+    def hold(self) -> None:
+        with self.guard:
+            self.pending += 1
+
+    def finish(self) -> None:
+        with self.guard:
+            self.pending -= 1
+            if self.closing and not self.pending:
+                os.close(self.fd)
+
+    def close(self) -> None:
+        with self.guard:
+            if self.pending:
+                self.closing = True
+            else:
+                os.close(self.fd)
+
+
 class _ThreadState(threading.local):
-    fd: int | None = None
+    fd: _Descriptor | None = None
     pid: int = 0
     slot: int | None = None
     waiter: _Waiter | None = None
@@ -117,7 +162,7 @@ class WriterLock:
     def _fd(self) -> int:
         local = self._local
         if local.fd is not None and local.pid == os.getpid():
-            return local.fd
+            return local.fd.fd
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
@@ -130,14 +175,15 @@ class WriterLock:
                 f"cannot open the ledger's lock file {self.path}: {exc.strerror}; "
                 "check the permissions of JANITOR_STATE_DIR"
             ) from None
-        local.fd, local.pid, local.slot, local.waiter = fd, os.getpid(), None, None
+        local.fd, local.pid, local.slot, local.waiter = _Descriptor(fd), os.getpid(), None, None
         return fd
 
     def _wait(self, call: Callable[[], None], undo: Callable[[], None], deadline: float) -> bool:
         local = self._local
         if local.waiter is None:
             local.waiter = _Waiter()
-        if local.waiter.wait(call, undo, max(0.0, deadline - time.monotonic())):
+        assert local.fd is not None
+        if local.waiter.wait(call, undo, max(0.0, deadline - time.monotonic()), local.fd):
             return True
         local.waiter = None  # still blocked in its call: the next wait needs a fresh one
         return False
@@ -166,18 +212,18 @@ class WriterLock:
 
     def release(self) -> None:
         """Let the next writer in."""
-        fd = self._local.fd
-        if fd is None:
+        desc = self._local.fd
+        if desc is None:
             return
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        self._leave_queue(fd)
+        fcntl.flock(desc.fd, fcntl.LOCK_UN)
+        self._leave_queue(desc.fd)
 
     def close(self) -> None:
         """Close this thread's descriptor (which drops any lock it still holds)."""
-        fd, self._local.fd = self._local.fd, None
+        desc, self._local.fd = self._local.fd, None
         self._local.slot = None
-        if fd is not None:
-            os.close(fd)
+        if desc is not None:
+            desc.close()
 
     # -- the queue (Linux) ---------------------------------------------------------------------
 
