@@ -4,6 +4,12 @@ Served on a Unix socket (mode 0600) in the user runtime dir, and on 127.0.0.1:PO
 configured. It calls the same ``Janitor`` methods as the CLI and the Python API. The OpenAPI
 schema is at ``/openapi.json``.
 
+Nothing that can wait runs on the event loop: every ``Janitor`` call (a ledger write may wait
+for another process's writer lock, a reservation may first evict caches, a sweep takes seconds)
+goes to :class:`Offload`'s threads. What stays on the loop is parsing, validation and JSON.
+Answers are serialised once, from the documented models' keys, rather than re-validated
+against ``response_model`` (which stays, for the schema).
+
     curl --unix-socket /run/user/1000/space-janitor/janitor.sock \\
          -X POST http://janitor/v1/reservations \\
          -H 'content-type: application/json' \\
@@ -13,14 +19,19 @@ schema is at ``/openapi.json``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Annotated, Any
+import json
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from fastapi import Body, FastAPI, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp
 
 from janitor.errors import (
     ConfigError,
@@ -34,8 +45,11 @@ from janitor.errors import (
 
 if TYPE_CHECKING:
     from janitor.daemon import Daemon
+    from janitor.reserve import ReservationInfo
 
-__all__ = ["create_app"]
+__all__ = ["Offload", "create_app", "serve_app"]
+
+_T = TypeVar("_T")
 
 
 class ReserveRequest(BaseModel):
@@ -117,6 +131,90 @@ class ErrorOut(BaseModel):
     message: str
 
 
+#: The keys of a reservation answer, in the documented order (what ``response_model`` kept).
+_RESERVATION_KEYS = tuple(ReservationOut.model_fields)
+
+
+def _dumps(data: Any) -> bytes:
+    """JSON as Starlette's JSONResponse renders it (compact, UTF-8, no NaN)."""
+    return json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _reservation_body(info: ReservationInfo) -> bytes:
+    return _dumps({k: getattr(info, k) for k in _RESERVATION_KEYS})
+
+
+def _json(body: bytes, status: int = 200) -> Response:
+    return Response(body, status_code=status, media_type="application/json")
+
+
+class Offload:
+    """Runs blocking calls in worker threads and awaits them on the event loop.
+
+    A leaner ``run_in_executor``: one queue, daemon threads started as needed (up to
+    ``max_workers``) and kept, so each keeps its ledger connection; a stopping daemon never
+    waits for a sweep in progress.
+    """
+
+    def __init__(self, max_workers: int = 32, name: str = "janitor-api-worker") -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._max = max_workers
+        self._name = name
+        self._threads = 0
+        self._idle = 0
+
+    async def run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` in a worker; its exception is raised here."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[_T] = loop.create_future()
+        with self._lock:
+            spawn = self._idle == 0 and self._threads < self._max
+            if spawn:
+                self._threads += 1
+                name = f"{self._name}-{self._threads}"
+            else:
+                self._idle -= 1  # taken: the next call must not count on the same worker
+        if spawn:
+            threading.Thread(target=self._work, name=name, daemon=True).start()
+        self._queue.put((loop, fut, fn, args))
+        return await fut
+
+    def _work(self) -> None:
+        get = self._queue.get
+        while True:
+            item = get()
+            if item is None:
+                return
+            loop, fut, fn, args = item
+            try:
+                result, error = fn(*args), None
+            except BaseException as exc:  # handed to the awaiting request
+                result, error = None, exc
+            with self._lock:
+                self._idle += 1
+            try:
+                loop.call_soon_threadsafe(_settle, fut, result, error)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                pass
+
+    def close(self) -> None:
+        """Let idle workers end (busy ones end after their call)."""
+        with self._lock:
+            n = self._threads
+        for _ in range(n):
+            self._queue.put(None)
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if fut.cancelled():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
+
+
 def _error(status: int, kind: str, exc: BaseException | str) -> JSONResponse:
     return JSONResponse({"error": kind, "message": str(exc)}, status_code=status)
 
@@ -135,8 +233,46 @@ def _janitor_error(exc: JanitorError) -> JSONResponse:
     return _error(400, "error", exc)
 
 
-def create_app(daemon: Daemon) -> FastAPI:
-    """The ASGI app over a running daemon's janitor, state and event bus."""
+class _Calls:
+    """The blocking halves of the endpoints, run in the offload threads."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    def reserve(self, req: ReserveRequest) -> bytes:
+        r = self.daemon.janitor.reserve(
+            req.tree,
+            req.bytes,
+            path=req.path,
+            job=req.job,
+            ttl=req.ttl,
+            owner_pid=req.owner_pid,
+            evict=req.evict,
+        )
+        return _reservation_body(r.info)
+
+    def get(self, rid: str) -> bytes:
+        return _reservation_body(self.daemon.janitor.get(rid))
+
+    def release(self, rid: str) -> bytes:
+        return _reservation_body(self.daemon.janitor.release(rid))
+
+    def renew(self, rid: str, ttl: float | str | None) -> bytes:
+        return _reservation_body(self.daemon.janitor.renew(rid, ttl))
+
+
+def serve_app(daemon: Daemon, offload: Offload) -> ASGIApp:
+    """What the daemon serves: :func:`create_app` with its blocking calls in ``offload``."""
+    return create_app(daemon, offload)
+
+
+def create_app(daemon: Daemon, offload: Offload | None = None) -> FastAPI:
+    """The ASGI app over a running daemon's janitor, state and event bus.
+
+    ``offload`` runs the blocking calls (a private one when not given).
+    """
+    off = offload or Offload()
+    calls = _Calls(daemon)
     app = FastAPI(
         title="space-janitor",
         version=daemon.state.version,
@@ -173,56 +309,58 @@ def create_app(daemon: Daemon) -> FastAPI:
             **errors,
         },
     )
-    def reserve(req: ReserveRequest) -> Any:
+    async def reserve(req: ReserveRequest) -> Any:
         """Reserve bytes on a tree's volume (make room by evicting caches first, if allowed)."""
-        r = daemon.janitor.reserve(
-            req.tree,
-            req.bytes,
-            path=req.path,
-            job=req.job,
-            ttl=req.ttl,
-            owner_pid=req.owner_pid,
-            evict=req.evict,
-        )
-        return r.info.as_dict()
+        return _json(await off.run(calls.reserve, req), 201)
 
     @app.get("/v1/reservations/{rid}", response_model=ReservationOut, responses=errors)
-    def get_reservation(rid: str) -> Any:
+    async def get_reservation(rid: str) -> Any:
         """One reservation in any state; ``at_risk`` is set while its volume is critical."""
-        return daemon.janitor.get(rid).as_dict()
+        return _json(await off.run(calls.get, rid))
 
     @app.delete("/v1/reservations/{rid}", response_model=ReservationOut, responses=errors)
-    def release(rid: str) -> Any:
+    async def release(rid: str) -> Any:
         """Release a live reservation."""
-        return daemon.janitor.release(rid).as_dict()
+        return _json(await off.run(calls.release, rid))
 
     @app.post("/v1/reservations/{rid}/renew", response_model=ReservationOut, responses=errors)
-    def renew(rid: str, req: Annotated[RenewRequest | None, Body()] = None) -> Any:
+    async def renew(rid: str, req: Annotated[RenewRequest | None, Body()] = None) -> Any:
         """Push a live reservation's expiry to now + ttl."""
-        return daemon.janitor.renew(rid, None if req is None else req.ttl).as_dict()
+        return _json(await off.run(calls.renew, rid, None if req is None else req.ttl))
 
-    @app.get("/v1/status", responses=errors)
-    def status() -> dict[str, Any]:
+    # These answers can be large (every reservation; every unit a sweep planned): they are
+    # encoded in the worker too, as FastAPI would (jsonable_encoder, then JSONResponse's JSON).
+    @app.get("/v1/status", response_model=dict[str, Any], responses=errors)
+    async def status() -> Response:
         """Volumes, trees and live reservations measured now, plus the daemon's forecasts."""
-        st = daemon.janitor.status(with_usage=False).as_dict()
-        st["daemon"] = daemon.snapshot()
-        return st
 
-    @app.post("/v1/sweep", responses=errors)
-    def sweep(req: Annotated[SweepRequest | None, Body()] = None) -> dict[str, Any]:
+        def work() -> bytes:
+            st = daemon.janitor.status(with_usage=False).as_dict()
+            st["daemon"] = daemon.snapshot()
+            return _dumps(jsonable_encoder(st))
+
+        return _json(await off.run(work))
+
+    @app.post("/v1/sweep", response_model=dict[str, Any], responses=errors)
+    async def sweep(req: Annotated[SweepRequest | None, Body()] = None) -> Response:
         """Sweep one tree or all (as `janitor sweep --json` reports it)."""
-        req = req or SweepRequest()
-        result = daemon.janitor.sweep(req.tree, dry_run=req.dry_run, pressure=req.pressure)
-        return result.as_dict()
+        r = req or SweepRequest()
+
+        def work() -> bytes:
+            result = daemon.janitor.sweep(r.tree, dry_run=r.dry_run, pressure=r.pressure)
+            return _dumps(jsonable_encoder(result.as_dict()))
+
+        return _json(await off.run(work))
 
     @app.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
-    def metrics() -> Response:
+    async def metrics() -> Response:
         """Prometheus text exposition."""
         from prometheus_client import CONTENT_TYPE_LATEST
 
         from janitor.metrics import render
 
-        return Response(render(daemon.registry), media_type=CONTENT_TYPE_LATEST)
+        text = await off.run(render, daemon.registry)
+        return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     @app.get(
         "/v1/events",

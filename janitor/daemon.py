@@ -5,6 +5,10 @@ volume's free space, forecasts when it will reach the floor, and publishes a dam
 caches under pressure; puts live reservations at risk and releases ballast when a volume turns
 critical; reaps what dead owners left; and serves the HTTP API on a Unix socket. One daemon per
 user: a lock in the runtime dir says who runs.
+
+Idle, it does not poll: the main thread sleeps on a wake-up pipe (signals, stop, reload), the
+debounce and eviction threads on their conditions, the API's event loop in epoll, and the
+scheduler until the next periodic job (the volume sample, every ``sample_interval_s``).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +36,7 @@ from janitor.risk import LevelTracker, assess, finite, forecast
 if TYPE_CHECKING:
     from apscheduler.schedulers.background import BackgroundScheduler
 
+    from janitor.api import Offload
     from janitor.core import Janitor
     from janitor.settings import Settings
     from janitor.watch import TreeWatcher
@@ -39,6 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["Daemon", "DaemonRunning"]
 
 log = logging.getLogger("janitor.daemon")
+
+#: How often broken watches are re-armed, polled trees swept and the policy's mtime compared.
+REARM_INTERVAL_S = 5.0
 
 
 class DaemonRunning(JanitorError):
@@ -61,6 +69,18 @@ class Daemon:
         self.janitor: Janitor
         self._stop = threading.Event()
         self._reload = threading.Event()
+        # The main thread sleeps in os.read() on this pipe: signals (set_wakeup_fd and the
+        # handlers), stop() and reload requests write a byte to it.
+        self._wake_r, self._wake_w = os.pipe()  # not inherited (PEP 446)
+        os.set_blocking(self._wake_w, False)  # set_wakeup_fd needs it; a full pipe wakes anyway
+        self._stop_requested = False  # set by the signal handlers (no locks in a handler)
+        self._hup_requested = False
+        self._server_failed = False
+        self._dirty_cond = threading.Condition()
+        self._dirty_thread: threading.Thread | None = None
+        self._server_loop: Any = None
+        self._server_exit: Any = None
+        self._offload: Offload | None = None
         self._lock_fd: int | None = None
         self._scheduler: BackgroundScheduler | None = None
         self._watcher: TreeWatcher | None = None
@@ -70,7 +90,6 @@ class Daemon:
         self._ballast: dict[int, Ballast] = {}
         self._dirty: set[str] = set()
         self._pressure: set[int] = set()
-        self._dirty_lock = threading.Lock()
         self._log_cursor = 0
         self._policy_mtime = 0.0
         self._sockets: list[socket.socket] = []
@@ -94,6 +113,7 @@ class Daemon:
                 self._log_cursor = int(row[0])
             self._init_volumes()
             self._start_watcher()
+            self._start_dirty_worker()
             self._start_scheduler()
             self._start_server()
             log.info(
@@ -104,17 +124,51 @@ class Daemon:
                 self.settings.policy_path,
             )
             self.bus.publish("started", pid=os.getpid())
-            while not self._stop.wait(0.2):
-                if self._server_thread is not None and not self._server_thread.is_alive():
-                    log.error("the API server stopped unexpectedly; shutting down")
-                    break
+            self._control_loop()
             return 0
         finally:
             self._shutdown()
 
+    def _control_loop(self) -> None:
+        """The main thread: sleep until something writes to the wake-up pipe, then act.
+
+        No timeout, so no wake-ups while idle. A signal ends the read at once: the C-level
+        handler writes to the pipe (``set_wakeup_fd``) whichever thread the kernel picked, and
+        the Python handler runs in this thread as soon as the read returns.
+        """
+        while True:
+            try:
+                data = os.read(self._wake_r, 512)
+            except InterruptedError:  # pragma: no cover - PEP 475 retries for us
+                data = b"?"
+            if self._stop_requested or self._stop.is_set() or not data:
+                return
+            if self._server_failed:
+                log.error("the API server stopped unexpectedly; shutting down")
+                return
+            if self._hup_requested:
+                self._hup_requested = False
+                self._reload.set()
+            # A reload request, a policy file event or the periodic check saw a new mtime;
+            # reloads run here only, one at a time (they replace the watcher).
+            self._guard(self.check_policy)()
+
+    def _wake(self, why: bytes) -> None:
+        try:
+            os.write(self._wake_w, why)
+        except OSError:  # full (the main thread will wake anyway) or closed (stopped)
+            pass
+
     def stop(self) -> None:
         """Ask ``run()`` to return (thread-safe; also what SIGTERM and SIGINT do)."""
+        self._stop_requested = True
         self._stop.set()
+        self._wake(b"s")
+
+    def request_reload(self) -> None:
+        """Re-read the policy now, even if its file did not change (what SIGHUP does)."""
+        self._reload.set()
+        self._wake(b"h")
 
     def _acquire_lock(self) -> None:
         runtime = self.settings.runtime_dir
@@ -158,9 +212,20 @@ class Daemon:
         logging.getLogger("apscheduler").setLevel(logging.ERROR)
 
     def _install_signals(self) -> None:
-        signal.signal(signal.SIGTERM, lambda *_: self.stop())
-        signal.signal(signal.SIGINT, lambda *_: self.stop())
-        signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+        # Handlers take no lock (they run between two bytecodes of the main thread, which may
+        # hold one): they set a flag and write to the pipe.
+        def on_stop(*_: Any) -> None:
+            self._stop_requested = True
+            self._wake(b"s")
+
+        def on_hup(*_: Any) -> None:
+            self._hup_requested = True
+            self._wake(b"h")
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, on_hup)
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
 
     def _shutdown(self) -> None:
         self._stop.set()
@@ -168,6 +233,13 @@ class Daemon:
         self.bus.close()
         if self._server is not None:
             self._server.should_exit = True
+            if self._server_loop is not None and self._server_exit is not None:
+                try:
+                    self._server_loop.call_soon_threadsafe(self._server_exit.set)
+                except RuntimeError:  # the loop already ended
+                    pass
+        with self._dirty_cond:
+            self._dirty_cond.notify_all()
         if self._scheduler is not None:
             try:
                 self._scheduler.shutdown(wait=False)
@@ -177,6 +249,10 @@ class Daemon:
             self._watcher.stop(timeout=2.0)
         if self._server_thread is not None:
             self._server_thread.join(timeout=3.0)
+        if self._dirty_thread is not None:
+            self._dirty_thread.join(timeout=1.0)
+        if self._offload is not None:
+            self._offload.close()
         for sock in self._sockets:
             try:
                 sock.close()
@@ -194,6 +270,13 @@ class Daemon:
         for handler in list(logging.getLogger("janitor").handlers):
             handler.close()
             logging.getLogger("janitor").removeHandler(handler)
+        if threading.current_thread() is threading.main_thread():
+            signal.set_wakeup_fd(-1)
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     # -- volumes, ballast ----------------------------------------------------------------------
 
@@ -278,9 +361,9 @@ class Daemon:
             id="reap",
             next_run_time=_dt(now + 0.5),
         )
-        sched.add_job(self._guard(self.process_dirty), "interval", seconds=0.25, id="dirty")
-        sched.add_job(self._guard(self.check_policy), "interval", seconds=1.0, id="policy")
-        sched.add_job(self._guard(self.rearm), "interval", seconds=5.0, id="rearm")
+        # Changed trees are swept when the watcher reports them (on_dirty), not by a poll; the
+        # policy file is watched too, and also compared here (a symlinked or unwatchable file).
+        sched.add_job(self._guard(self.rearm), "interval", seconds=REARM_INTERVAL_S, id="rearm")
         sched.start()
         self._scheduler = sched
 
@@ -356,8 +439,9 @@ class Daemon:
                 changes.append((device, before, tracker.level))
             vs.level, vs.reason = tracker.level, tracker.reason
             if reading.level != "ok" and vs.free < vs.free_low:
-                with self._dirty_lock:
+                with self._dirty_cond:
                     self._pressure.add(device)
+                    self._dirty_cond.notify()
             self._manage_ballast(device, vs, tracker.level)
         self._publish_levels(readings, changes, now)
         with self.state.lock:
@@ -550,13 +634,32 @@ class Daemon:
             log.info("reservation %s ended: %s", info.id, info.state)
 
     def on_dirty(self, tree: str) -> None:
-        """Called by the watcher once a tree's events settled."""
-        with self._dirty_lock:
+        """Called by the watcher once a tree's events settled: wakes the eviction thread."""
+        with self._dirty_cond:
             self._dirty.add(tree)
+            self._dirty_cond.notify()
+
+    def _start_dirty_worker(self) -> None:
+        self._dirty_thread = threading.Thread(
+            target=self._dirty_worker, name="janitor-evict", daemon=True
+        )
+        self._dirty_thread.start()
+
+    def _dirty_worker(self) -> None:
+        """Runs ``process_dirty`` whenever a tree changed or a volume is under pressure, one
+        pass at a time (what piles up meanwhile is handled by the next pass)."""
+        run = self._guard(self.process_dirty)
+        while True:
+            with self._dirty_cond:
+                while not (self._dirty or self._pressure or self._stop.is_set()):
+                    self._dirty_cond.wait()
+            if self._stop.is_set():
+                return
+            run()
 
     def process_dirty(self) -> None:
         """Sweep trees that changed, and evict under pressure where volumes are low."""
-        with self._dirty_lock:
+        with self._dirty_cond:
             dirty, self._dirty = self._dirty, set()
             pressure, self._pressure = self._pressure, set()
         for tree in sorted(dirty):
@@ -599,8 +702,16 @@ class Daemon:
                 report.deleted_units,
             )
 
+    def on_policy_file(self, path: str) -> None:
+        """The watcher saw the policy file change: the main thread checks it."""
+        self._wake(b"p")
+
     def check_policy(self) -> None:
-        """Reload the policy on SIGHUP or when its file changes; keep the old one if bad."""
+        """Reload the policy on SIGHUP or when its file changes; keep the old one if bad.
+
+        Runs in the main thread only (``run()``), woken by SIGHUP, by the watcher or by
+        ``rearm``: it replaces the watcher, whose debounce thread cannot stop itself.
+        """
         mtime = _mtime(self.settings.policy_path)
         if not self._reload.is_set() and mtime == self._policy_mtime:
             return
@@ -623,11 +734,15 @@ class Daemon:
         self.bus.publish("policy-reloaded", trees=sorted(policy.trees))
 
     def rearm(self) -> None:
-        """Re-arm broken watches; sweep trees that are polled instead of watched."""
-        if self._watcher is None:
+        """Re-arm broken watches; sweep trees that are polled instead of watched; notice a
+        changed policy file that no watch reported."""
+        if _mtime(self.settings.policy_path) != self._policy_mtime:
+            self._wake(b"p")
+        watcher = self._watcher
+        if watcher is None:
             return
-        self._watcher.rearm()
-        for tree in self._watcher.polling():
+        watcher.rearm()
+        for tree in watcher.polling():
             self.on_dirty(tree)
 
     def _start_watcher(self) -> None:
@@ -638,6 +753,8 @@ class Daemon:
             self.on_dirty,
             quiet_s=self.settings.debounce_s,
             max_delay_s=self.settings.debounce_max_s,
+            files=[self.settings.policy_path],
+            on_file=self.on_policy_file,
         )
         self._watcher.start()
         for w in self._watcher.status():
@@ -674,14 +791,23 @@ class Daemon:
         return socks
 
     def _start_server(self) -> None:
+        """Serve the API from its own thread and event loop.
+
+        uvicorn is driven through ``startup()`` and ``shutdown()`` rather than ``serve()``,
+        whose main loop wakes ten times a second to refresh the ``Date`` header and look at
+        ``should_exit``: here the loop sleeps until a request or the stop comes, and the
+        ``Date`` header is computed when a response is sent (:class:`_DateHeaders`). httptools
+        and uvloop are used where installed, else h11 and asyncio.
+        """
         import asyncio
 
         import uvicorn
 
-        from janitor.api import create_app
+        from janitor.api import Offload, serve_app
 
         self._sockets = self._bind()
-        app = create_app(self)
+        self._offload = Offload()
+        app = serve_app(self, self._offload)
         config = uvicorn.Config(
             app,
             log_config=None,
@@ -689,29 +815,87 @@ class Daemon:
             lifespan="off",
             timeout_graceful_shutdown=1,
             timeout_keep_alive=30,
+            http="auto",  # httptools if installed, else h11
+            proxy_headers=False,  # local sockets only: no proxy to trust
+            loop="none",  # the loop is made below
         )
+        config.load()
         server = uvicorn.Server(config)
         self._server = server
         started = threading.Event()
 
-        def serve() -> None:
-            async def main() -> None:
-                task = asyncio.create_task(server.serve(sockets=self._sockets))
-                while not server.started and not task.done():
-                    await asyncio.sleep(0.01)
-                started.set()
-                await task
-
+        async def main() -> None:
+            self._server_loop = asyncio.get_running_loop()
+            self._server_exit = asyncio.Event()
+            server.lifespan = config.lifespan_class(config)
+            extra = config.encoded_headers
             try:
-                asyncio.run(main())
+                await server.startup(sockets=self._sockets)
+                server.server_state.default_headers = _DateHeaders(extra, config.date_header)
+            finally:
+                started.set()
+            if self._stop.is_set():
+                self._server_exit.set()
+            await self._server_exit.wait()
+            await server.shutdown(sockets=self._sockets)
+
+        def serve() -> None:
+            try:
+                with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                    runner.run(main())
             except BaseException:
                 log.exception("the API server failed")
             finally:
                 started.set()
+                if not self._stop.is_set():
+                    self._server_failed = True
+                    self._wake(b"x")
 
         self._server_thread = threading.Thread(target=serve, name="janitor-api", daemon=True)
         self._server_thread.start()
         started.wait(10)
+
+
+class _DateHeaders(list[tuple[bytes, bytes]]):
+    """uvicorn's default response headers with a ``Date`` that is current when it is read.
+
+    uvicorn's protocols read ``ServerState.default_headers`` only by iterating it or adding it
+    to a list; both refresh the date here (at most once a second), so nothing needs a timer.
+    """
+
+    def __init__(self, extra: list[tuple[bytes, bytes]], date: bool = True) -> None:
+        super().__init__(extra)
+        self._extra = list(extra)
+        self._date = date
+        self._second = -1
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if not self._date:
+            return
+        now = int(time.time())
+        if now != self._second:
+            from email.utils import formatdate
+
+            self._second = now
+            self[:] = [(b"date", formatdate(now, usegmt=True).encode()), *self._extra]
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        self._refresh()
+        return super().__iter__()
+
+    def __add__(self, other: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:  # type: ignore[override]
+        self._refresh()
+        return list(super().__iter__()) + other
+
+
+def _loop_factory() -> Callable[[], Any] | None:
+    """uvloop's loop where it is installed (not on Windows), else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def _dt(ts: float) -> Any:

@@ -5,6 +5,9 @@ Cache trees are watched recursively; scratch trees only at the root (a job folde
 going away), since their rule is age and a busy job's writes need no reaction. When a watch
 cannot be set (inotify limits, a missing root that cannot be created) or breaks (root deleted and
 recreated), the tree falls back to polling, ``status()`` says why, and ``rearm()`` retries.
+
+Single files (the policy) can be watched too, through a watch on their folder. Nothing here
+polls: the debounce thread sleeps until the next deadline, and not at all while nothing is dirty.
 """
 
 from __future__ import annotations
@@ -36,22 +39,44 @@ class WatchState:
     reason: str = ""
 
 
+#: Debounce keys: ("tree", name) or ("file", path).
+_Key = tuple[str, str]
+
+
 class _Handler(FileSystemEventHandler):
-    def __init__(self, tree: str, mark: Callable[[str], None]) -> None:
-        self.tree = tree
+    def __init__(self, tree: str, mark: Callable[[_Key], None]) -> None:
+        self.key = ("tree", tree)
         self.mark = mark
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in ("opened", "closed_no_write"):
             return  # reads change nothing we act on
-        self.mark(self.tree)
+        self.mark(self.key)
+
+
+class _FileHandler(FileSystemEventHandler):
+    """Events in a file's folder that name the file (written, replaced, moved in or away)."""
+
+    def __init__(self, path: str, mark: Callable[[_Key], None]) -> None:
+        self.path = path
+        self.key = ("file", path)
+        self.mark = mark
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in ("opened", "closed_no_write"):
+            return
+        names = (event.src_path, getattr(event, "dest_path", "") or "")
+        if any(os.fsdecode(n) == self.path for n in names):
+            self.mark(self.key)
 
 
 class TreeWatcher:
     """Watches trees and calls ``on_dirty(tree)`` once events settle.
 
     A tree is reported ``quiet_s`` after its last event, or ``max_delay_s`` after the first one
-    if events keep coming, whichever is sooner.
+    if events keep coming, whichever is sooner. Each of ``files`` is watched through its folder
+    (not recursively) and reported to ``on_file(path)`` the same way; a file whose folder cannot
+    be watched is simply not reported (the caller keeps a slow check of its own).
     """
 
     def __init__(
@@ -62,17 +87,22 @@ class TreeWatcher:
         quiet_s: float = 0.5,
         max_delay_s: float = 2.0,
         observer_factory: Callable[[], BaseObserver] = Observer,
+        files: Sequence[os.PathLike[str] | str] = (),
+        on_file: Callable[[str], None] | None = None,
     ) -> None:
         self.trees = {t.name: t for t in trees}
         self.on_dirty = on_dirty
         self.quiet_s = quiet_s
         self.max_delay_s = max_delay_s
+        self.files = [os.path.abspath(os.fspath(f)) for f in files]
+        self.on_file = on_file
         self._factory = observer_factory
         self._observer: BaseObserver | None = None
         self._watches: dict[str, tuple[ObservedWatch, tuple[int, int]]] = {}
         self._states: dict[str, WatchState] = {}
-        self._dirty: dict[str, tuple[float, float]] = {}  # tree -> (first, last) event time
+        self._dirty: dict[_Key, tuple[float, float]] = {}  # key -> (first, last) event time
         self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # notified when a key turns dirty
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -85,12 +115,15 @@ class TreeWatcher:
         self._observer.start()
         for name in self.trees:
             self._arm(name)
+        self._arm_files()
         self._ticker = threading.Thread(target=self._tick, name="janitor-debounce", daemon=True)
         self._ticker.start()
 
     def stop(self, timeout: float = 3.0) -> None:
         """Stop the observer and the debounce thread and wait for them."""
-        self._stop.set()
+        with self._cond:
+            self._stop.set()
+            self._cond.notify_all()
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(timeout)
@@ -132,6 +165,18 @@ class TreeWatcher:
             self._watches[name] = (watch, (st.st_dev, st.st_ino))
         self._set(name, WatchState(name, "watching"))
 
+    def _arm_files(self) -> None:
+        observer = self._observer
+        if observer is None or self.on_file is None:
+            return
+        for path in self.files:
+            try:
+                observer.schedule(
+                    _FileHandler(path, self._mark), os.path.dirname(path), recursive=False
+                )
+            except OSError as exc:
+                log.info("cannot watch %s (%s); it is checked periodically instead", path, exc)
+
     def _set(self, name: str, state: WatchState) -> None:
         with self._lock:
             self._states[name] = state
@@ -148,6 +193,7 @@ class TreeWatcher:
             self._observer = observer = self._factory()
             observer.daemon = True
             observer.start()
+            self._arm_files()
         for name, tree in self.trees.items():
             with self._lock:
                 current = self._watches.get(name)
@@ -167,28 +213,47 @@ class TreeWatcher:
                 with self._lock:
                     self._watches.pop(name, None)
                 self._set(name, WatchState(name, "polling", "root was replaced; re-arming"))
-                self._mark(name)
+                self._mark(("tree", name))
             self._arm(name)
 
     # -- debounce ------------------------------------------------------------------------------
 
-    def _mark(self, tree: str) -> None:
+    def _mark(self, key: _Key) -> None:
+        """Called by the observer thread for every event: cheap, and wakes the debounce thread
+        only when ``key`` turns dirty (later events only push its deadline back)."""
         now = time.monotonic()
-        with self._lock:
-            first, _ = self._dirty.get(tree, (now, now))
-            self._dirty[tree] = (first, now)
+        with self._cond:
+            got = self._dirty.get(key)
+            if got is None:
+                self._dirty[key] = (now, now)
+                self._cond.notify()
+            else:
+                self._dirty[key] = (got[0], now)
 
     def _tick(self) -> None:
-        while not self._stop.wait(0.1):
-            now = time.monotonic()
-            due = []
-            with self._lock:
-                for tree, (first, last) in list(self._dirty.items()):
-                    if now - last >= self.quiet_s or now - first >= self.max_delay_s:
-                        due.append(tree)
-                        del self._dirty[tree]
-            for tree in due:
+        """The debounce thread: sleeps until the earliest deadline, or until woken."""
+        while True:
+            due: list[_Key] = []
+            with self._cond:
+                if self._stop.is_set():
+                    return
+                now = time.monotonic()
+                wake: float | None = None
+                for key, (first, last) in list(self._dirty.items()):
+                    deadline = min(last + self.quiet_s, first + self.max_delay_s)
+                    if now >= deadline:
+                        due.append(key)
+                        del self._dirty[key]
+                    elif wake is None or deadline < wake:
+                        wake = deadline
+                if not due:
+                    self._cond.wait(None if wake is None else wake - now)
+                    continue
+            for kind, name in due:
                 try:
-                    self.on_dirty(tree)
+                    if kind == "tree":
+                        self.on_dirty(name)
+                    elif self.on_file is not None:
+                        self.on_file(name)
                 except Exception:  # the callback must not kill the debounce thread
-                    log.exception("handling changes in tree %s failed", tree)
+                    log.exception("handling changes in %s %s failed", kind, name)

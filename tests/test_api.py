@@ -48,6 +48,23 @@ RESERVATION_KEYS = {
     "at_risk",
     "outstanding",
 }
+#: ... in the order the API writes it (the README's, and ``ReservationOut``'s).
+RESERVATION_KEYS_ORDERED = (
+    "id",
+    "tree",
+    "device",
+    "volume",
+    "bytes",
+    "path",
+    "job",
+    "owner_pid",
+    "created",
+    "expires",
+    "state",
+    "ended",
+    "at_risk",
+    "outstanding",
+)
 #: The documented JSON shape of a refusal.
 REFUSAL_KEYS = {
     "error",
@@ -207,6 +224,47 @@ def test_release_then_release_again_is_404(client: httpx.Client) -> None:
     assert again["error"] == "not_found" and rid in again["message"]
     # The ended reservation can still be read, in its final state.
     assert client.get(f"/v1/reservations/{rid}").json()["state"] == "released"
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "application/json",
+        "Application/JSON; charset=utf-8",
+        "application/vnd.janitor+json",  # JSON to FastAPI too
+    ],
+)
+def test_reserve_read_release_answer_with_the_documented_shape_and_headers(
+    client: httpx.Client, content_type: str
+) -> None:
+    """Answers serialised once in the worker keep the documented keys, order and headers."""
+    import email.utils
+    import json
+
+    body = json.dumps({"tree": "cache", "bytes": 4096, "job": "ct", "owner_pid": os.getpid()})
+    r = client.post("/v1/reservations", content=body, headers={"content-type": content_type})
+    assert r.status_code == 201, r.text
+    assert r.headers["content-type"] == "application/json"
+    assert int(r.headers["content-length"]) == len(r.content)
+    assert list(r.json()) == list(RESERVATION_KEYS_ORDERED)
+    sent = email.utils.parsedate_to_datetime(r.headers["date"]).timestamp()
+    assert abs(sent - time.time()) < 5
+    rid = r.json()["id"]
+    got = client.get(f"/v1/reservations/{rid}")
+    assert got.status_code == 200 and list(got.json()) == list(RESERVATION_KEYS_ORDERED)
+    assert "date" in got.headers
+    gone = client.delete(f"/v1/reservations/{rid}")
+    assert gone.status_code == 200 and gone.json()["state"] == "released"
+    assert gone.headers["content-type"] == "application/json"
+
+
+def test_a_reserve_body_of_another_type_is_still_422(client: httpx.Client) -> None:
+    r = client.post(
+        "/v1/reservations",
+        content=b'{"tree": "cache", "bytes": 1}',
+        headers={"content-type": "text/plain"},
+    )
+    assert assert_json_error(r, 422)["error"] == "bad_request"
 
 
 @pytest.mark.parametrize(
@@ -590,3 +648,59 @@ def test_schemathesis_against_the_served_schema(tmp_path: Path) -> None:
         f"{op} [{mode}] -> {status} ({kinds}):\n{text}"
         for (op, mode, status, kinds), text in failures.items()
     )
+
+
+# -- the offload threads --------------------------------------------------------------------------
+
+
+def test_offload_keeps_the_event_loop_free_and_hands_back_results_and_errors() -> None:
+    """Blocking calls (a ledger write waiting for another writer, a sweep) run in worker threads:
+    a slow one does not hold up the loop or a quick one, errors arrive as exceptions, and with
+    every worker busy a call waits for one instead of failing."""
+    import asyncio
+    import threading
+
+    from janitor.api import Offload
+    from janitor.errors import UnknownReservation
+
+    off = Offload(max_workers=2)
+    release = threading.Event()
+
+    def slow(name: str) -> str:
+        release.wait(10)
+        return name
+
+    def boom() -> None:
+        raise UnknownReservation("r-x")
+
+    async def main() -> None:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not release.is_set():
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        tick = asyncio.create_task(ticker())
+        first = asyncio.create_task(off.run(slow, "first"))
+        assert await off.run(lambda: "quick") == "quick"  # beside the blocked worker
+        with pytest.raises(UnknownReservation):
+            await off.run(boom)
+        second = asyncio.create_task(off.run(slow, "second"))  # now both workers block
+        queued = asyncio.create_task(off.run(lambda: "queued"))
+        await asyncio.sleep(0.3)
+        assert ticks >= 10  # the loop ran all along
+        assert not queued.done() and not first.done()
+        release.set()
+        assert await asyncio.gather(first, second, queued, tick) == [
+            "first",
+            "second",
+            "queued",
+            None,
+        ]
+
+    try:
+        asyncio.run(main())
+    finally:
+        off.close()

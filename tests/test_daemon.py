@@ -412,6 +412,94 @@ def test_a_second_daemon_is_refused_with_exit_2_naming_the_running_pid(tmp_path:
         assert d.proc.poll() is None
 
 
+def _wakeups(pid: int) -> dict[int, int]:
+    """Voluntary context switches of each thread of ``pid`` (a thread's sleeps that ended)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as fh:
+                for line in fh:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        out[int(tid)] = int(line.split()[1])
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc (Linux)")
+def test_an_idle_daemon_sleeps_instead_of_polling(tmp_path: Path) -> None:
+    """Nothing polls: with the periodic jobs far apart, an idle daemon's threads (API loop,
+    debounce, eviction, main, scheduler, watcher) stay asleep. The polling design woke ~45
+    times a second (uvicorn's 10 Hz tick, a 10 Hz debounce tick, a 5 Hz main loop, 4 Hz dirty
+    and 1 Hz policy jobs); the 5 s re-arm job may run once or twice here."""
+    with (
+        daemon_setup(
+            tmp_path,
+            settings={"JANITOR_SAMPLE_INTERVAL_S": "60", "JANITOR_REAP_INTERVAL_S": "60"},
+        ) as setup,
+        running_daemon(setup) as d,
+    ):
+        with d.client() as c:  # an open keep-alive connection must not tick either
+
+            def swept() -> bool:
+                trees = c.get("/v1/status").json()["daemon"]["trees"]
+                return bool(trees) and all(t["last_sweep"] > 0 for t in trees)
+
+            # status.json waits for the next sample (a minute): ask the API instead.
+            eventually(swept, what="the first periodic sweep")
+            time.sleep(1.0)  # let the start-up settle
+            before = _wakeups(d.pid)
+            window = 4.0
+            time.sleep(window)
+            after = _wakeups(d.pid)
+        woke = {tid: n - before.get(tid, 0) for tid, n in after.items()}
+        total = sum(woke.values())
+        assert total / window < 5, f"{total} wake-ups in {window:g}s: {woke}"
+        assert d.proc.poll() is None
+
+
+def test_watcher_reports_a_watched_file_once_per_change_and_not_on_reads(tmp_path: Path) -> None:
+    """The policy file's watch (through its folder): a write or an atomic replace is reported
+    (debounced, once), reading the file or touching another file in the folder is not."""
+    import threading
+
+    from janitor.watch import TreeWatcher
+
+    policy = tmp_path / "policy.toml"
+    policy.write_text("a")
+    seen: list[str] = []
+    cond = threading.Condition()
+
+    def on_file(path: str) -> None:
+        with cond:
+            seen.append(path)
+            cond.notify_all()
+
+    def wait_for(n: int, timeout: float = 5.0) -> bool:
+        with cond:
+            return cond.wait_for(lambda: len(seen) >= n, timeout)
+
+    w = TreeWatcher(
+        [], lambda tree: None, quiet_s=0.1, max_delay_s=0.5, files=[policy], on_file=on_file
+    )
+    w.start()
+    try:
+        policy.read_text()
+        (tmp_path / "other.txt").write_text("x")
+        time.sleep(0.5)
+        assert seen == []
+        policy.write_text("b")
+        assert wait_for(1)
+        new = tmp_path / "policy.toml.new"
+        new.write_text("c")
+        os.replace(new, policy)
+        assert wait_for(2)
+        time.sleep(0.5)
+        assert seen == [str(policy), str(policy)]
+    finally:
+        w.stop()
+
+
 # -- policy reload --------------------------------------------------------------------------------
 
 
@@ -444,9 +532,12 @@ def test_a_bad_policy_is_rejected_and_a_good_one_applied(tmp_path: Path) -> None
             assert _quota(d) == 4 * MiB
             assert not ev.find("policy-reloaded")
 
-            # A good edit is applied.
+            # A good edit is applied, promptly: the file is watched (the 5 s mtime check is
+            # only the fallback).
+            written = time.time()
             setup.write_policy(trees={"cache": {**good, "quota": "8MiB"}})
             reloaded = ev.wait_for("policy-reloaded")
+            assert reloaded.data["time"] - written < 4.0
             assert reloaded.data["trees"] == ["cache"]
             assert _quota(d) == 8 * MiB
 
