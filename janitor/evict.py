@@ -12,15 +12,21 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
+import math
 import os
-import sqlite3
 import stat
+import threading
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from functools import partial
+from itertools import accumulate, chain, compress, islice, repeat
+from operator import eq, itemgetter, lt, not_, sub
+from typing import Literal, NamedTuple, get_args
 
-from janitor.inuse import exclusive
+from janitor import inuse
 from janitor.ledger import Ledger, py_path
 from janitor.policy import TreePolicy
 from janitor.scan import Entry, Snapshot, gc_paused
@@ -47,6 +53,16 @@ KEEP_REASONS = ("pinned", "reserved", "locked", "open", "young")
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
+# Column getters (C-level) of Unit, Entry and PlanItem, all NamedTuples.
+_U_KEY = itemgetter(0)
+_U_ENTRIES = itemgetter(3)
+_U_SIZE = itemgetter(4)
+_U_LAST = itemgetter(5)
+_U_LOCK = itemgetter(6)
+_E_INO = itemgetter(3)
+_ITEM_UNIT = itemgetter(1)
+_POOL_ORDER = itemgetter(0, 1, 2)
+
 
 @dataclass(frozen=True, slots=True)
 class Protection:
@@ -59,9 +75,8 @@ class Protection:
     open: frozenset[tuple[int, int]] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
-class PlanItem:
-    """One unit to delete, and why."""
+class PlanItem(NamedTuple):
+    """One unit to delete, and why (a NamedTuple: a plan may hold a million of them)."""
 
     tree: str
     unit: Unit
@@ -76,6 +91,10 @@ class PlanItem:
     def last_use(self) -> float:
         """When the unit was last used (latest of mtime, atime, recorded touch)."""
         return self.unit.last_use
+
+
+#: ``PlanItem`` from one iterable of its fields, without the NamedTuple's Python __new__.
+_new_item: Callable[[Iterable[object]], PlanItem] = partial(tuple.__new__, PlanItem)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +131,7 @@ class Plan:
     @property
     def bytes(self) -> int:
         """Allocated bytes the plan would delete."""
-        return sum(i.size for i in self.items)
+        return sum(map(_U_SIZE, map(_ITEM_UNIT, self.items)))
 
     def merged(self, other: Plan) -> Plan:
         """Both plans' items (other's after ours, duplicates dropped) and tree numbers."""
@@ -139,32 +158,152 @@ def _blocked_keys(
     return whole, keys, tuple(prefixes)
 
 
-def _classify(
-    units: Sequence[Unit], tree: TreePolicy, root: str, protection: Protection, now: float
-) -> tuple[list[Unit], dict[str, int]]:
-    """Units that may be chosen, and counts of those kept, by reason."""
-    kept = dict.fromkeys(KEEP_REASONS, 0)
+def _protected(
+    units: Sequence[Unit], tree: TreePolicy, root: str, protection: Protection
+) -> dict[int, str]:
+    """Positions of the units kept for a reason other than age, with the first reason that
+    applies (pinned, reserved, locked, open).
+
+    Each kind of protection costs one pass in C over the units, and only when something of that
+    kind exists; the few units a pass finds are then judged exactly, one by one.
+    """
+    n = len(units)
     pin_all, pin_keys, pin_pre = _blocked_keys(tree, root, protection.pinned)
     res_all, res_keys, res_pre = _blocked_keys(tree, root, protection.reserved)
     locked = protection.locked
     open_set = protection.open
-    min_age = tree.min_age
-    free: list[Unit] = []
-    for u in units:
+    found: Iterable[int]
+    if pin_all or res_all:
+        found = range(n)
+    else:
+        hits: set[int] = set()
+        if pin_keys or res_keys or pin_pre or res_pre:
+            keys = list(map(_U_KEY, units))
+            blocked = pin_keys | res_keys
+            if blocked:
+                hits.update(_positions(list(map(blocked.__contains__, keys))))
+            prefixes = pin_pre + res_pre
+            if prefixes:
+                hits.update(_positions(list(map(str.startswith, keys, repeat(prefixes)))))
+        if locked:
+            hits.update(_positions(list(map(locked.__contains__, map(_U_LOCK, units)))))
+        if open_set:
+            # Inode numbers first (one set, every device): the rare hit is checked with its device.
+            inos = {ino for _dev, ino in open_set}
+            entries = list(map(_U_ENTRIES, units))
+            flat = map(_E_INO, chain.from_iterable(entries))
+            where = _positions(list(map(inos.__contains__, flat)))
+            if where:
+                ends = list(accumulate(map(len, entries)))
+                if ends[-1] == n:  # one entry per unit
+                    hits.update(where)
+                else:
+                    hits.update(bisect_right(ends, i) for i in where)
+        found = sorted(hits)
+    out: dict[int, str] = {}
+    for i in found:
+        u = units[i]
         key = u.key
         if pin_all or key in pin_keys or (pin_pre and key.startswith(pin_pre)):
-            kept["pinned"] += 1
+            out[i] = "pinned"
         elif res_all or key in res_keys or (res_pre and key.startswith(res_pre)):
-            kept["reserved"] += 1
+            out[i] = "reserved"
         elif u.lock is not None and u.lock in locked:
-            kept["locked"] += 1
+            out[i] = "locked"
         elif open_set and any((e.dev, e.ino) in open_set for e in u.entries):
-            kept["open"] += 1
-        elif now - u.last_use < min_age:
-            kept["young"] += 1
-        else:
-            free.append(u)
-    return free, kept
+            out[i] = "open"
+    return out
+
+
+def _unprotected(
+    units: Sequence[Unit], tree: TreePolicy, root: str, protection: Protection
+) -> tuple[list[Unit], dict[str, int]]:
+    """Units neither pinned, reserved, locked nor open; and counts of those kept, by reason."""
+    kept = dict.fromkeys(KEEP_REASONS, 0)
+    protected = _protected(units, tree, root, protection)
+    if not protected:
+        return list(units), kept
+    for why in protected.values():
+        kept[why] += 1
+    mask = [True] * len(units)
+    for i in protected:
+        mask[i] = False
+    return list(compress(units, mask)), kept
+
+
+def _order_ties(units: list[Unit], end: int) -> bool:
+    """In a list sorted by last_use, put units of equal last_use in key order: every run that
+    reaches into ``units[:end]`` (ties further on change nothing in a plan). True if any did.
+
+    Sorting by the float alone and then mending the (rare) ties is much faster than sorting
+    a million (last_use, key) tuples, and gives the same order.
+    """
+    if end <= 0:
+        return False
+    stop = min(end + 1, len(units))
+    lus = list(map(_U_LAST, islice(units, stop)))
+    same = list(map(eq, islice(lus, 1, None), lus))  # same[j]: units j and j + 1 tie
+    if True not in same:
+        return False
+    ties = _positions(same)
+    runs: list[tuple[int, int]] = []
+    first = prev = ties[0]
+    for j in ties[1:]:
+        if j != prev + 1:
+            runs.append((first, prev + 2))
+            first = j
+        prev = j
+    last = prev + 2
+    if last == stop:  # the run goes on past what was compared
+        lu = lus[-1]
+        while last < len(units) and units[last].last_use == lu:
+            last += 1
+    runs.append((first, last))
+    for a, b in runs:
+        units[a:b] = sorted(units[a:b], key=_U_KEY)
+    return True
+
+
+def _positions(flags: list[bool]) -> list[int]:
+    """Where the true values are (few, as a rule: each is found by a scan in C)."""
+    out: list[int] = []
+    i = -1
+    try:
+        while True:
+            i = flags.index(True, i + 1)
+            out.append(i)
+    except ValueError:
+        return out
+
+
+def _split_young(units: list[Unit], now: float, min_age: float) -> tuple[list[Unit], int]:
+    """Units at least min_age old (in order), and how many were younger."""
+    young = list(map(lt, map(sub, repeat(now), map(_U_LAST, units)), repeat(min_age)))
+    n_young = sum(young)
+    if not n_young:
+        return units, 0
+    return list(compress(units, map(not_, young))), n_young
+
+
+def _items(name: str, units: Iterable[Unit], reason: Reason) -> list[PlanItem]:
+    return list(map(_new_item, zip(repeat(name), units, repeat(reason))))
+
+
+def _lru_prefix(units: list[Unit], start: int, stop: int, need: int) -> tuple[int, int]:
+    """How many of ``units[start:stop]`` (in order) it takes until their sizes reach ``need``
+    (all of them if they never do), and their bytes."""
+    total = 0
+    pos = start
+    chunk = 4096
+    while pos < stop:
+        acc = list(accumulate(map(_U_SIZE, units[pos : min(pos + chunk, stop)])))
+        if acc[-1] + total >= need:
+            k = bisect_left(acc, need - total)
+            return pos + k + 1 - start, total + acc[k]
+        total += acc[-1]
+        pos += len(acc)
+        chunk *= 2
+    return pos - start, total
 
 
 def plan_tree(
@@ -182,36 +321,47 @@ def plan_tree(
     entries past max_age go regardless of quota. A scratch tree loses only orphans: units
     unchanged for orphan_age with nothing live in them. Pinned, reserved, locked, open and
     young units are never chosen; the tree root is never a unit.
+
+    Ties of last use are broken by unit key, so the plan is a pure function of its inputs.
     """
     with gc_paused():
-        free, kept = _classify(units, tree, snapshot.root, protection, now)
-        usage = sum(u.size for u in units)
+        free, kept = _unprotected(units, tree, snapshot.root, protection)
+        usage = sum(map(_U_SIZE, units))
         quota = tree.quota_bytes(volume_total)
         low = tree.low_bytes(volume_total)
+        min_age = tree.min_age
         items: list[PlanItem] = []
-        if tree.role == "scratch":
-            cutoff = now - tree.orphan_age
-            orphans = [u for u in free if u.last_use <= cutoff]
-            orphans.sort(key=lambda u: (u.last_use, u.key))
-            items = [PlanItem(tree.name, u, "orphan") for u in orphans]
+        planned = 0
+        over = quota is not None and low is not None and usage > quota
+        if tree.role == "scratch" or tree.max_age is not None or over:
+            free.sort(key=_U_LAST)  # ties: _order_ties below
+            # LRU order puts the young last: ``now - last_use < min_age`` only grows along it.
+            old = bisect_left(free, True, key=lambda u: now - u.last_use < min_age)
+            kept["young"] = len(free) - old
+            if tree.role == "scratch":
+                cutoff = now - tree.orphan_age
+                n = bisect_left(free, True, 0, old, key=lambda u: not u.last_use <= cutoff)
+                _order_ties(free, n)
+                items = _items(tree.name, islice(free, n), "orphan")
+                planned = sum(map(_U_SIZE, islice(free, n)))
+            else:
+                n = k = need = nbytes = 0
+                if tree.max_age is not None:
+                    cutoff = now - tree.max_age
+                    n = bisect_left(free, True, 0, old, key=lambda u: not u.last_use < cutoff)
+                    planned = sum(map(_U_SIZE, islice(free, n)))
+                if over:
+                    assert low is not None
+                    need = usage - planned - low
+                    if need > 0:
+                        k, nbytes = _lru_prefix(free, n, old, need)
+                if _order_ties(free, n + k) and k:
+                    k, nbytes = _lru_prefix(free, n, old, need)  # ties reordered: count again
+                items = _items(tree.name, islice(free, n), "age")
+                items += _items(tree.name, islice(free, n, n + k), "quota")
+                planned += nbytes
         else:
-            rest = free
-            if tree.max_age is not None:
-                cutoff = now - tree.max_age
-                expired = [u for u in free if u.last_use < cutoff]
-                expired.sort(key=lambda u: (u.last_use, u.key))
-                items = [PlanItem(tree.name, u, "age") for u in expired]
-                rest = [u for u in free if u.last_use >= cutoff]
-            planned = sum(i.size for i in items)
-            if quota is not None and low is not None and usage > quota:
-                need = usage - planned - low
-                if need > 0:
-                    rest.sort(key=lambda u: (u.last_use, u.key))
-                    for u in rest:
-                        if need <= 0:
-                            break
-                        items.append(PlanItem(tree.name, u, "quota"))
-                        need -= u.size
+            kept["young"] = _split_young(free, now, min_age)[1]
         summary = TreePlan(
             tree=tree.name,
             role=tree.role,
@@ -222,7 +372,7 @@ def plan_tree(
             units=len(units),
             quota=quota,
             low_watermark=low,
-            planned=sum(i.size for i in items),
+            planned=planned,
             kept=tuple((k, v) for k, v in kept.items() if v),
         )
         return Plan(tuple(items), (summary,))
@@ -241,6 +391,7 @@ def plan_pressure(
 
     Nix's min-free/max-free: used when free space is below free_low (need = free_target - free)
     and to make room for a reservation (need = its shortfall). Scratch trees are never used.
+    Ties of last use are broken by tree name, then unit key.
     """
     skip = set(exclude)
     pool: list[tuple[float, str, str, Unit]] = []
@@ -249,18 +400,20 @@ def plan_pressure(
         for snapshot, units, tree in candidates:
             if tree.role != "cache":
                 continue
-            free, kept = _classify(units, tree, snapshot.root, protection, now)
-            pool.extend(
-                (u.last_use, tree.name, u.key, u) for u in free if (tree.name, u.key) not in skip
-            )
+            free, kept = _unprotected(units, tree, snapshot.root, protection)
+            free, kept["young"] = _split_young(free, now, tree.min_age)
+            name = tree.name
+            if skip:
+                free = [u for u in free if (name, u.key) not in skip]
+            pool.extend(zip(map(_U_LAST, free), repeat(name), map(_U_KEY, free), free))
             trees.append(
                 TreePlan(
-                    tree=tree.name,
+                    tree=name,
                     role=tree.role,
                     root=snapshot.root,
                     device=snapshot.device,
                     root_ino=snapshot.root_ino,
-                    usage=sum(u.size for u in units),
+                    usage=sum(map(_U_SIZE, units)),
                     units=len(units),
                     quota=None,
                     low_watermark=None,
@@ -268,16 +421,15 @@ def plan_pressure(
                     kept=tuple((k, v) for k, v in kept.items() if v),
                 )
             )
-        pool.sort(key=lambda t: (t[0], t[1], t[2]))
+        pool.sort(key=_POOL_ORDER)
         items: list[PlanItem] = []
+        planned: dict[str, int] = {}
         for _, name, _, unit in pool:
             if need <= 0:
                 break
             items.append(PlanItem(name, unit, reason))
             need -= unit.size
-    planned: dict[str, int] = {}
-    for i in items:
-        planned[i.tree] = planned.get(i.tree, 0) + i.size
+            planned[name] = planned.get(name, 0) + unit.size
     trees = [replace(t, planned=planned.get(t.tree, 0)) for t in trees]
     return Plan(tuple(items), tuple(trees))
 
@@ -285,8 +437,7 @@ def plan_pressure(
 # -- the executor ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What happened to one planned unit."""
 
     item: PlanItem
@@ -294,6 +445,9 @@ class Outcome:
     files: int
     bytes: int
     skipped: str | None = None
+
+
+_new_outcome: Callable[[Iterable[object]], Outcome] = partial(tuple.__new__, Outcome)
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,8 +503,20 @@ class _Partial(Exception):
         self.size = size
 
 
+#: Opening a file to check it: never follow a symlink, never block (fifos), never a tty.
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+#: Folder fds kept open per tree while its units go (LRU beyond this; fds are a finite resource).
+_FOLDER_FDS = 64
+
+
 class _Deleter:
-    """Deletes the units of one tree, relative to the tree root opened at the start."""
+    """Deletes the units of one tree, relative to the tree root opened at the start.
+
+    Every folder is opened once, one component at a time from the verified root, never
+    following a symlink and never leaving the tree's filesystem; its fd is then kept for the
+    following units in it (at most ``_FOLDER_FDS`` at a time). An fd stays on the folder it was
+    opened on, so a path swapped for a symlink later cannot redirect a delete.
+    """
 
     def __init__(
         self,
@@ -360,39 +526,58 @@ class _Deleter:
     ) -> None:
         self.plan = plan
         self.root = plan.root
+        self.device = plan.device
         self.open_set = open_set
         self.pinned = pinned
         self.uid = os.geteuid()
+        self.leases = inuse._lease_ok
         self.root_fd = os.open(plan.root, _DIR_FLAGS)
         st = os.fstat(self.root_fd)
         if (st.st_dev, st.st_ino) != (plan.device, plan.root_ino):
             os.close(self.root_fd)
             raise _Skip("tree root was replaced since the scan")
+        self.folders: dict[str, int] = {}
 
     def close(self) -> None:
-        os.close(self.root_fd)
-
-    # -- helpers -------------------------------------------------------------------------------
-
-    def _open_dir(self, rel_parts: Sequence[str]) -> int:
-        """Open a folder below the root one component at a time, never following a symlink."""
-        fd = os.dup(self.root_fd)
-        try:
-            for part in rel_parts:
-                if part in ("", ".", ".."):
-                    raise _Skip("bad path component")
-                try:
-                    nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except OSError as exc:
-                    raise _Skip(_why(exc, "folder")) from None
+        for fd in [*self.folders.values(), self.root_fd]:
+            try:
                 os.close(fd)
-                fd = nfd
-                if os.fstat(fd).st_dev != self.plan.device:
-                    raise _Skip("folder is on another filesystem")
+            except OSError:
+                pass
+        self.folders.clear()
+
+    # -- folders -------------------------------------------------------------------------------
+
+    def _folder(self, folder: str) -> int:
+        """A kept fd of a folder below the root ("" is the root itself)."""
+        if not folder:
+            return self.root_fd
+        fd = self.folders.get(folder)
+        if fd is not None:
             return fd
-        except BaseException:
+        parent, _, name = folder.rpartition("/")
+        parent_fd = self._folder(parent)
+        fd = self._open_sub(parent_fd, name)
+        if len(self.folders) >= _FOLDER_FDS:
+            oldest = next(iter(self.folders))
+            os.close(self.folders.pop(oldest))
+        self.folders[folder] = fd
+        return fd
+
+    def _open_sub(self, parent_fd: int, name: str) -> int:
+        """Open a folder in a folder: no symlink, no other filesystem."""
+        if name in ("", ".", ".."):
+            raise _Skip("bad path component")
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        except OSError as exc:
+            raise _Skip(_why(exc, "folder")) from None
+        if os.fstat(fd).st_dev != self.device:
             os.close(fd)
-            raise
+            raise _Skip("folder is on another filesystem")
+        return fd
+
+    # -- checks --------------------------------------------------------------------------------
 
     def _check_pins(self, unit: Unit) -> None:
         pins = self.pinned()
@@ -409,43 +594,87 @@ class _Deleter:
             if unit_path is not None and p.startswith(unit_path + "/"):
                 raise _Skip("pinned")
 
-    def _verify(self, dir_fd: int, name: str, e: Entry) -> os.stat_result:
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            raise _Skip("gone since the scan") from None
+    def _same(self, st: os.stat_result, e: Entry) -> None:
+        """The scanned entry, unchanged and ours (st: lstat or fstat of it now)."""
         if st.st_ino != e.ino or st.st_dev != e.dev:
             raise _Skip("replaced since the scan")
         if not stat.S_ISDIR(st.st_mode) and (st.st_size != e.length or st.st_mtime != e.mtime):
             raise _Skip("changed since the scan")
         if st.st_uid != self.uid:
             raise _Skip("owned by another user")
+
+    def _verify(self, dir_fd: int, name: str, e: Entry) -> os.stat_result:
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise _Skip("gone since the scan") from None
+        self._same(st, e)
         return st
 
-    def _unlink_file(self, dir_fd: int, name: str, e: Entry, held: int | None = None) -> None:
-        """Remove one non-folder entry after the last checks (``held``: our open fd of it)."""
-        st = self._verify(dir_fd, name, e)
-        if not stat.S_ISREG(st.st_mode):
+    def _hold(self, dir_fd: int, name: str, e: Entry) -> int:
+        """Open a scanned regular file and check it, for unlinking while the fd is held: the
+        same inode, size and mtime, ours, and open in no other process (a write lease, held
+        until the fd is closed; where leases do not work, the open-file list from before)."""
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            raise _Skip("gone since the scan") from None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):  # a symlink, socket ...
+                raise _Skip("replaced since the scan") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise _Skip("replaced since the scan")
+            self._same(st, e)
+            self._alone(fd, st)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _alone(self, fd: int, st: os.stat_result) -> None:
+        """Skip unless no other process has the open file (fd: ours, of a regular file)."""
+        if self.leases:
+            try:
+                fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+                return  # granted: nobody else has it open, and closing fd ends the lease
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EBUSY):
+                    raise _Skip("open in another process") from None
+        if (st.st_dev, st.st_ino) in self.open_set:
+            raise _Skip("open in another process")
+
+    def _unlink_file(self, dir_fd: int, name: str, e: Entry) -> None:
+        """Remove one non-folder entry after the last checks."""
+        if not stat.S_ISREG(e.mode):
+            st = self._verify(dir_fd, name, e)
+            if stat.S_ISDIR(st.st_mode):
+                raise _Skip("replaced since the scan")
             os.unlink(name, dir_fd=dir_fd)  # symlinks, fifos ...: remove the name, never follow
             return
-        fd = held
-        if fd is None:
-            fd = os.open(
-                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
-            )
+        # _hold, then unlink, in one: the common case of a sweep, once per file.
         try:
-            fst = os.fstat(fd)
-            if fst.st_ino != e.ino:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            raise _Skip("gone since the scan") from None
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                raise _Skip("replaced since the scan") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if st.st_ino != e.ino or st.st_dev != e.dev or not stat.S_ISREG(st.st_mode):
                 raise _Skip("replaced since the scan")
-            with exclusive(fd) as alone:
-                if alone is False:
-                    raise _Skip("open in another process")
-                if alone is None and (fst.st_dev, fst.st_ino) in self.open_set:
-                    raise _Skip("open in another process")
-                os.unlink(name, dir_fd=dir_fd)
+            if st.st_size != e.length or st.st_mtime != e.mtime:
+                raise _Skip("changed since the scan")
+            if st.st_uid != self.uid:
+                raise _Skip("owned by another user")
+            self._alone(fd, st)
+            os.unlink(name, dir_fd=dir_fd)  # under the lease: a late opener waits, then misses
         finally:
-            if held is None:
-                os.close(fd)
+            os.close(fd)  # ends the lease
 
     # -- units ---------------------------------------------------------------------------------
 
@@ -454,26 +683,28 @@ class _Deleter:
         self._check_pins(unit)
         if unit.kind == "dir":
             return self._delete_dir_unit(unit)
+        entries = unit.entries
+        if len(entries) == 1 and unit.lock is None:
+            e = entries[0]
+            folder, _, name = e.rel.rpartition("/")
+            if name in ("", ".", ".."):
+                raise _Skip("bad path component")
+            self._unlink_file(self._folder(folder), name, e)
+            return 1, e.size
         return self._delete_file_unit(unit)
 
     def _delete_file_unit(self, unit: Unit) -> tuple[int, int]:
-        by_folder: dict[str, list[Entry]] = {}
-        for e in unit.entries:
-            folder = e.rel.rpartition("/")[0]
-            by_folder.setdefault(folder, []).append(e)
-        if len(by_folder) != 1:
+        folders = {e.rel.rpartition("/")[0] for e in unit.entries}
+        if len(folders) != 1:
             raise _Skip("unit spans folders")
-        folder, entries = next(iter(by_folder.items()))
-        dir_fd = self._open_dir(folder.split("/") if folder else [])
+        dir_fd = self._folder(folders.pop())
+        lock_name = unit.lock.rpartition("/")[2] if unit.lock is not None else None
         lock_fd = None
+        held: list[tuple[str, Entry, int | None]] = []  # (name, entry, fd of a regular file)
         try:
-            lock_name = None
-            if unit.lock is not None:
-                lock_name = unit.lock.rpartition("/")[2]
+            if lock_name is not None:
                 try:
-                    lock_fd = os.open(
-                        lock_name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
-                    )
+                    lock_fd = os.open(lock_name, _FILE_FLAGS, dir_fd=dir_fd)
                 except FileNotFoundError:
                     lock_fd = None
                 except OSError as exc:
@@ -483,17 +714,32 @@ class _Deleter:
                         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     except OSError:
                         raise _Skip("locked") from None
-            for e in entries:  # every file is checked before any is removed
-                self._verify(dir_fd, e.rel.rpartition("/")[2], e)
+            # Every file is checked (and held) before any is removed; the lock file goes last,
+            # while we still hold it.
+            for e in sorted(unit.entries, key=lambda e: e.rel.rpartition("/")[2] == lock_name):
+                name = e.rel.rpartition("/")[2]
+                if name in ("", ".", ".."):
+                    raise _Skip("bad path component")
+                if name == lock_name and lock_fd is not None:
+                    st = os.fstat(lock_fd)
+                    if not stat.S_ISREG(st.st_mode):
+                        raise _Skip("replaced since the scan")
+                    self._same(st, e)
+                    self._alone(lock_fd, st)
+                    held.append((name, e, None))
+                elif stat.S_ISREG(e.mode):
+                    held.append((name, e, self._hold(dir_fd, name, e)))
+                else:
+                    st = self._verify(dir_fd, name, e)
+                    if stat.S_ISDIR(st.st_mode):
+                        raise _Skip("replaced since the scan")
+                    held.append((name, e, None))
             removed = 0
             size = 0
-            # The lock file goes last, while we still hold it.
-            ordered = sorted(entries, key=lambda e: e.rel.rpartition("/")[2] == lock_name)
-            for e in ordered:
+            for name, e, _fd in held:
                 try:
-                    name = e.rel.rpartition("/")[2]
-                    self._unlink_file(dir_fd, name, e, lock_fd if name == lock_name else None)
-                except _Skip:
+                    os.unlink(name, dir_fd=dir_fd)
+                except OSError:
                     if removed:
                         break  # partly removed: what is left is judged again next sweep
                     raise
@@ -501,16 +747,18 @@ class _Deleter:
                 size += e.size
             return removed, size
         finally:
+            for _name, _e, fd in held:
+                if fd is not None:
+                    os.close(fd)
             if lock_fd is not None:
                 os.close(lock_fd)
-            os.close(dir_fd)
 
     def _delete_dir_unit(self, unit: Unit) -> tuple[int, int]:
         if "/" in unit.key or unit.key in ("", ".", ".."):
             raise _Skip("not a folder directly under the root")
         head = unit.entries[0]
         known = {e.rel: e for e in unit.entries}
-        unit_fd = self._open_dir([unit.key])
+        unit_fd = self._open_sub(self.root_fd, unit.key)
         try:
             st = os.fstat(unit_fd)
             if st.st_ino != head.ino:
@@ -561,28 +809,22 @@ class _Deleter:
             e = self._known(fd, d.name, crel, known)
             if e is None:
                 raise _Skip("new files since the scan: a job is still writing")
-            st = self._verify(fd, d.name, e)
-            if stat.S_ISDIR(st.st_mode):
-                sub = os.open(d.name, _DIR_FLAGS, dir_fd=fd)
+            if stat.S_ISDIR(e.mode):
+                st = self._verify(fd, d.name, e)
+                if not stat.S_ISDIR(st.st_mode):
+                    raise _Skip("replaced since the scan")
+                sub = self._open_sub(fd, d.name)
                 try:
-                    if os.fstat(sub).st_dev != self.plan.device:
-                        raise _Skip("folder is on another filesystem")
                     self._walk_verify(sub, crel, known)
                 finally:
                     os.close(sub)
             elif (e.dev, e.ino) in self.open_set:
                 raise _Skip("open in another process")
-            elif stat.S_ISREG(st.st_mode):
+            elif stat.S_ISREG(e.mode):
                 # Ask the kernel now, before anything of the unit is removed.
-                probe = os.open(
-                    d.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd
-                )
-                try:
-                    with exclusive(probe) as alone:
-                        if alone is False:
-                            raise _Skip("open in another process")
-                finally:
-                    os.close(probe)
+                os.close(self._hold(fd, d.name, e))
+            else:
+                self._verify(fd, d.name, e)
 
     def _remove_tree(self, fd: int, rel: str, known: dict[str, Entry], done: list[int]) -> None:
         """Remove a folder's contents bottom-up; ``done`` counts [files, bytes] as it goes."""
@@ -594,7 +836,7 @@ class _Deleter:
             if e is None:
                 raise _Skip("new files since the scan: a job is still writing")
             if stat.S_ISDIR(e.mode):
-                sub = os.open(d.name, _DIR_FLAGS, dir_fd=fd)
+                sub = self._open_sub(fd, d.name)
                 try:
                     if os.fstat(sub).st_ino != e.ino:
                         raise _Skip("replaced since the scan")
@@ -617,6 +859,195 @@ def _why(exc: OSError, what: str) -> str:
     return f"{what}: {exc.strerror}"
 
 
+#: The ledger's log row (as ``Ledger.log`` writes it), for many rows in one executemany.
+_LOG_SQL = (
+    "INSERT INTO log (ts, event, tree, device, reservation, bytes, path, detail) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_REASON_JSON = {r: json.dumps(r) for r in get_args(Reason)}
+
+
+def _log_detail(files: int, last_use: float, reason: str) -> str:
+    """``json.dumps({"files": .., "last_use": .., "reason": ..}, sort_keys=True)``, formatted
+    directly in the common case (json spells ints and finite floats as repr does)."""
+    quoted = _REASON_JSON.get(reason)
+    if (
+        quoted is not None
+        and type(files) is int
+        and type(last_use) is float
+        and math.isfinite(last_use)
+    ):
+        return f'{{"files": {files}, "last_use": {last_use!r}, "reason": {quoted}}}'
+    return json.dumps({"files": files, "last_use": last_use, "reason": reason}, sort_keys=True)
+
+
+def _log_path(path: str) -> str:
+    """A path as the ledger stores it (undecodable bytes spelled out, as ``Ledger.log`` does)."""
+    if path.isascii():
+        return path
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+#: A tree whose deletes wait on the disk more than they compute is finished by this many threads
+#: (the calling one included): the syscalls of one overlap the disk waits of another. Each
+#: thread does every check; only the order of the removals mixes (the log keeps plan order).
+_THREADS = 2
+#: Units the calling thread deletes alone before judging (again) how long they waited.
+_PROBE = 512
+#: Threads when such a window's wall time exceeds its CPU time by this factor.
+_WAIT_RATIO = 1.5
+#: Units left after the probe below which one thread does it all.
+_THREADS_MIN = 1024
+#: Consecutive units (of the LRU order) a thread takes at a time.
+_CHUNK = 64
+
+
+def _outcome(deleter: _Deleter, item: PlanItem) -> Outcome:
+    try:
+        files, size = deleter.delete(item.unit)
+        return _new_outcome((item, files > 0, files, size, None))
+    except _Partial as exc:
+        return Outcome(item, True, exc.files, exc.size, f"partly removed: {exc}")
+    except _Skip as exc:
+        return Outcome(item, False, 0, 0, str(exc))
+    except OSError as exc:
+        return Outcome(item, False, 0, 0, f"error: {exc.strerror}")
+
+
+class _Log:
+    """Log rows of the removals, committed in batches (by the calling thread only)."""
+
+    def __init__(self, ledger: Ledger | None, batch: int) -> None:
+        self.ledger = ledger
+        self.batch = batch
+        self.rows: list[tuple[object, ...]] = []
+
+    def add(self, o: Outcome, device: int) -> None:
+        if self.ledger is None:
+            return
+        item = o.item
+        self.rows.append(
+            (
+                time.time(),
+                "delete",
+                item.tree,
+                device,
+                None,
+                o.bytes,
+                _log_path(item.unit.path),
+                _log_detail(o.files, item.unit.last_use, item.reason),
+            )
+        )
+        if len(self.rows) >= self.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        rows, self.rows = self.rows, []
+        if rows and self.ledger is not None:
+            self.ledger.call(lambda conn: conn.executemany(_LOG_SQL, rows))
+
+
+def _apply_tree(
+    tree: TreePlan,
+    items: list[PlanItem],
+    open_set: frozenset[tuple[int, int]],
+    pinned: Callable[[], frozenset[str]],
+    log: _Log,
+    progress: Callable[[int], None],
+) -> list[Outcome]:
+    """Delete one tree's units (in plan order, or by a few threads once the first ones show
+    that the deletes mostly wait on the disk), logging each removal in plan order."""
+    try:
+        deleter = _Deleter(tree, open_set, pinned)
+    except (_Skip, OSError) as exc:
+        why = str(exc) if isinstance(exc, _Skip) else _why(exc, "tree root")
+        return [Outcome(i, False, 0, 0, why) for i in items]
+    n = len(items)
+    results: list[Outcome | None] = [None] * n
+    device = tree.device
+    logged = 0  # results[:logged] are in the log (those deleted)
+
+    def log_done() -> None:
+        nonlocal logged
+        start = logged
+        while logged < n and (o := results[logged]) is not None:
+            if o.deleted:
+                log.add(o, device)
+            logged += 1
+        if logged > start:
+            progress(logged - start)
+
+    i = 0
+    threads: list[threading.Thread] = []
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    try:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        while i < n:
+            results[i] = _outcome(deleter, items[i])
+            i += 1
+            log_done()
+            if i % _PROBE == 0 and _THREADS > 1 and n - i >= _THREADS_MIN:
+                # Disk waits may begin only once the journal fills: judge each window anew.
+                now_wall, now_cpu = time.perf_counter(), time.thread_time()
+                if now_wall - wall > _WAIT_RATIO * (now_cpu - cpu):
+                    break
+                wall, cpu = now_wall, now_cpu
+        if i < n:
+            chunks = iter(range(i, n, _CHUNK))  # next() is atomic: a chunk goes to one thread
+            pins = [pinned()]
+
+            def work() -> None:
+                try:
+                    other = _Deleter(tree, open_set, lambda: pins[0])
+                except (_Skip, OSError) as exc:
+                    why = str(exc) if isinstance(exc, _Skip) else _why(exc, "tree root")
+                    while (start := next(chunks, None)) is not None:
+                        for k in range(start, min(start + _CHUNK, n)):
+                            results[k] = Outcome(items[k], False, 0, 0, why)
+                    return
+                try:
+                    while not stop.is_set() and (start := next(chunks, None)) is not None:
+                        for k in range(start, min(start + _CHUNK, n)):
+                            results[k] = _outcome(other, items[k])
+                except BaseException as exc:  # a bug, not a file: stop, and raise it below
+                    errors.append(exc)
+                    stop.set()
+                finally:
+                    other.close()
+
+            threads = [
+                threading.Thread(target=work, name=f"janitor-delete-{k}", daemon=True)
+                for k in range(1, _THREADS)
+            ]
+            for t in threads:
+                t.start()
+            # This thread takes chunks too, and between them reads pins and logs for all.
+            while not stop.is_set() and (start := next(chunks, None)) is not None:
+                for k in range(start, min(start + _CHUNK, n)):
+                    results[k] = _outcome(deleter, items[k])
+                pins[0] = pinned()
+                log_done()
+            while alive := [t for t in threads if t.is_alive()]:
+                alive[0].join(0.05)
+                pins[0] = pinned()
+                log_done()
+    finally:
+        stop.set()  # after an error: the other threads finish their unit and stop
+        for t in threads:
+            t.join()
+        deleter.close()
+        log_done()
+        if logged < n:  # stopped by an error: log every removal that was made
+            for o in results[logged:]:
+                if o is not None and o.deleted:
+                    log.add(o, device)
+        log.flush()
+    if errors:
+        raise errors[0]
+    return [o for o in results if o is not None]
+
+
 def apply(
     plan: Plan,
     *,
@@ -629,7 +1060,7 @@ def apply(
     """Delete the plan's units (or, with ``dry_run``, only say what would go).
 
     Every removal is logged in the ledger (event ``delete``) with its tree, path, bytes and
-    reason, committed in batches as the deletes go.
+    reason, committed in batches as the deletes go, in plan order.
     """
     if dry_run or not plan.items:
         return Report(
@@ -662,61 +1093,17 @@ def apply(
         pin_cache[:] = [(now, paths)]
         return paths
 
+    count = [0]
+
+    def progress(k: int) -> None:
+        count[0] += k
+        if on_progress is not None:
+            on_progress(count[0])
+
+    log = _Log(ledger, batch)
     outcomes: list[Outcome] = []
-    pending: list[Outcome] = []
-
-    def flush() -> None:
-        if ledger is None or not pending:
-            pending.clear()
-            return
-        batch_items = list(pending)
-        pending.clear()
-
-        def write(conn: sqlite3.Connection) -> None:
-            for o in batch_items:
-                t = trees[o.item.tree]
-                Ledger.log(
-                    conn,
-                    "delete",
-                    tree=o.item.tree,
-                    device=t.device,
-                    nbytes=o.bytes,
-                    path=o.item.unit.path,
-                    reason=o.item.reason,
-                    files=o.files,
-                    last_use=o.item.last_use,
-                )
-
-        ledger.call(write)
-
     for name, items in by_tree.items():
-        try:
-            deleter = _Deleter(trees[name], open_set, pinned)
-        except (_Skip, OSError) as exc:
-            why = str(exc) if isinstance(exc, _Skip) else _why(exc, "tree root")
-            outcomes.extend(Outcome(i, False, 0, 0, why) for i in items)
-            continue
-        try:
-            for item in items:
-                try:
-                    files, size = deleter.delete(item.unit)
-                    o = Outcome(item, files > 0, files, size)
-                except _Partial as exc:
-                    o = Outcome(item, True, exc.files, exc.size, f"partly removed: {exc}")
-                except _Skip as exc:
-                    o = Outcome(item, False, 0, 0, str(exc))
-                except OSError as exc:
-                    o = Outcome(item, False, 0, 0, f"error: {exc.strerror}")
-                outcomes.append(o)
-                if o.deleted:
-                    pending.append(o)
-                    if len(pending) >= batch:
-                        flush()
-                if on_progress is not None:
-                    on_progress(len(outcomes))
-        finally:
-            deleter.close()
-            flush()
+        outcomes += _apply_tree(trees[name], items, open_set, pinned, log, progress)
     deltas = []
     warnings = []
     deleted_on: dict[int, int] = {}

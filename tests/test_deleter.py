@@ -605,3 +605,45 @@ def test_freed_space_matches_deleted_bytes_on_a_tmpfs(
     assert report.deleted_units == 4
     assert report.reclaimed_bytes >= report.deleted_bytes - 64 * KiB
     assert report.warnings == ()
+
+
+# -- big trees: several threads, the same checks -----------------------------------------------
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_many_units_go_with_every_check_and_are_logged_in_plan_order(
+    tmp_path: Path, jan_for: JanFor, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    """Threads (forced here from the first units on) change nothing but speed: each unit is
+    still checked right before it goes, outcomes and the log keep the plan's LRU order."""
+    import janitor.evict as evict
+
+    monkeypatch.setattr(evict, "_THREADS", threads)
+    monkeypatch.setattr(evict, "_PROBE", 2)
+    monkeypatch.setattr(evict, "_THREADS_MIN", 1)
+    monkeypatch.setattr(evict, "_CHUNK", 3)
+    monkeypatch.setattr(evict, "_WAIT_RATIO", 0.0)
+    root = tmp_path / "cache"
+    for i in range(40):
+        folder = root / ("sub" if i % 3 else "")
+        make_entry(folder, fp(i), 4 * KiB, age=(50 - i) * HOUR, tmp=i % 4 == 0, lock=i % 2 == 0)
+    jan = _cache(jan_for, root)
+    plan = jan.sweep(dry_run=True).plan
+    assert len(plan.items) == 40
+    changed, opened, pinned = root / f"{fp(6)}.wav", root / "sub" / f"{fp(20)}.wav", fp(31)
+    with open(changed, "ab") as fh:
+        fh.write(b"more")
+    with held_open(opened), jan.pin(root / "sub" / f"{pinned}.wav"):
+        report = apply(plan, ledger=jan.ledger, open_set=frozenset())
+    assert [o.item for o in report.outcomes] == list(plan.items)
+    skipped = {o.item.unit.key: o.skipped for o in report.outcomes if not o.deleted}
+    assert skipped == {
+        fp(6): "changed since the scan",
+        f"sub/{fp(20)}": "open in another process",
+        f"sub/{pinned}": "pinned",
+    }
+    left = {p.name for p in root.rglob("*") if p.is_file()}
+    assert changed.name in left and opened.name in left and f"{pinned}.wav" in left
+    assert all(n.startswith((fp(6), fp(20), fp(31))) for n in left), sorted(left)
+    deleted = [o.item.unit.path for o in report.outcomes if o.deleted]
+    assert [e.path for e in _deletes(jan)] == deleted

@@ -295,6 +295,49 @@ def test_quota_evicts_lru_first_down_to_the_low_watermark(
 
 
 @PROPS
+@given(
+    specs=st.lists(
+        st.builds(
+            Spec,
+            size=st.integers(0, 50_000),
+            age=st.sampled_from([1000.0, 2000.0, 3000.0]),
+            folder=st.sampled_from(["", "sub"]),
+            pinned=rare,
+        ),
+        max_size=40,
+    ),
+    quota=st.integers(1, 1_000_000),
+    low_pct=st.integers(0, 100),
+    max_age=st.one_of(st.none(), st.just(1500)),
+    rnd=st.randoms(use_true_random=False),
+)
+def test_ties_of_last_use_go_in_key_order_whatever_the_input_order(
+    specs: list[Spec], quota: int, low_pct: int, max_age: int | None, rnd: Any
+) -> None:
+    world = cache_world(specs)
+    rnd.shuffle(world.units)
+    tp = tree(quota=quota, low_watermark=f"{low_pct}%", min_age=0, max_age=max_age)
+    plan = _plan(world, tp)
+    # The reference: every evictable unit in (last_use, key) order; expired ones first, then
+    # the quota takes them in that order until the low watermark is reached.
+    order = sorted(evictable(world, tp), key=lambda u: (u.last_use, u.key))
+    expired = [u for u in order if max_age is not None and u.last_use < NOW - max_age]
+    usage = sum(u.size for u in world.units)
+    low = tp.low_bytes(10**12)
+    assert low is not None
+    chosen = list(expired)
+    need = usage - sum(u.size for u in expired) - low
+    if usage > quota:
+        for u in order[len(expired) :]:
+            if need <= 0:
+                break
+            chosen.append(u)
+            need -= u.size
+    assert [i.unit.key for i in plan.items] == [u.key for u in chosen]
+    assert plan == _plan(world, tp)
+
+
+@PROPS
 @given(specs=specs_st, slack=st.integers(0, 1_000_000), min_age=st.integers(0, 200_000))
 def test_under_quota_and_without_max_age_nothing_is_planned(
     specs: list[Spec], slack: int, min_age: int

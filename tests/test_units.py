@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
+import stat
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from janitor.policy import Policy, TreePolicy, load_policy
-from janitor.scan import scan
+from janitor.scan import Entry, Snapshot, scan
 from janitor.settings import shipped_policy_path
 from janitor.units import Unit, group_units, unit_key_for
 
@@ -224,3 +228,62 @@ def test_unit_keys_of_paths(shipped: Policy) -> None:
     assert unit_key_for(cache, f"{key}.wav.lock") == key
     assert unit_key_for(cache, f"sub/{key}.wav") == f"sub/{key}"
     assert unit_key_for(jobs, ".tmpab12cd/fa_v2/audio/0.pcm") == ".tmpab12cd"
+
+
+# -- grouping a million names: the fast path agrees with the regex, name by name ------------------
+
+_FILE = stat.S_IFREG | 0o644
+_PIECES = ["a", "b7", ".", ".wav", ".tmp", ".lock", "wav", "tmp", "é", " "]
+_GROUPS = [
+    r"^(?P<key>[^/]+?)(?:\.tmp)?\.wav(?:\.lock)?$",  # the shipped policy's
+    r"^(?P<key>.*?)(?:\.tmp)?\.wav(?:\.lock)?\Z",
+    r"(?P<key>.+?)\.(?:wav|bin)(\.lock){0,2}$",
+    r"^(?P<key>[^.]+)\.(?:wav|lock)$",  # another shape: matched name by name
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    names=st.lists(
+        st.lists(st.sampled_from(_PIECES), min_size=1, max_size=6).map("".join),
+        unique=True,
+        max_size=25,
+    ),
+    folders=st.lists(st.sampled_from(["", "sub", "sub/deep", "x.wav"]), min_size=25, max_size=25),
+    group=st.sampled_from(_GROUPS),
+    lock=st.sampled_from(["{key}.wav.lock", "locks/{key}.lck", "all.lock", None]),
+    newline=st.booleans(),
+)
+def test_file_units_group_exactly_as_the_regex_matches_each_name(
+    names: list[str], folders: list[str], group: str, lock: str | None, newline: bool
+) -> None:
+    root = "/data/cache"
+    if newline:  # a name with a newline: every name is matched one by one
+        names = [*names[:24], "x\n.wav"]
+    rels = [f"{d}/{n}" if d else n for n, d in zip(names, folders, strict=False)]
+    entries = tuple(
+        Entry(f"{root}/{rel}", rel, 4096 * (i + 1), 100 + i, 7, 1e9 + i, 1e9, 1e9, 0, _FILE, 9)
+        for i, rel in enumerate(rels)
+    )
+    tree = TreePolicy.model_validate(
+        {"name": "c", "role": "cache", "path": root, "group": group, "lock": lock}
+    )
+    units = group_units(Snapshot(root, 7, 1, 0.0, entries), tree)
+    # The reference: each name's key from re.match, grouped in walk order.
+    expected: dict[str, list[Entry]] = {}
+    for e in entries:
+        expected.setdefault(unit_key_for(tree, e.rel), []).append(e)
+    assert [u.key for u in units] == list(expected)
+    for u in units:
+        members = expected[u.key]
+        assert u.entries == tuple(members)
+        assert u.size == sum(e.size for e in members)
+        assert u.last_use == max(e.mtime for e in members)
+        assert u.path == min(members, key=lambda e: (len(e.rel), e.rel)).path
+        folder, _, key_name = u.key.rpartition("/")
+        matched = any(re.match(group, e.rel.rpartition("/")[2]) for e in members)
+        if lock is None or ("{key}" in lock and not matched):
+            assert u.lock is None
+        else:
+            name = lock.replace("{key}", key_name)
+            assert u.lock == (f"{root}/{folder}/{name}" if folder else f"{root}/{name}")
