@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from common import Row, ms, percentile, verdict  # beside this script
 
 try:
     import httpx
@@ -746,14 +747,6 @@ def phase_evict(d: DaemonProc, args: argparse.Namespace, rep: Report) -> None:
 # -- (c) reserve+release round trips -----------------------------------------------------------
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """The q-th percentile (0..100) of already sorted values, nearest-rank."""
-    if not sorted_values:
-        return float("nan")
-    k = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values) + 0.5) - 1))
-    return sorted_values[k]
-
-
 class RawClient:
     """HTTP/1.1 over the Unix socket by hand: pre-built requests, Content-Length framing.
 
@@ -962,16 +955,6 @@ def phase_rpc(d: DaemonProc, args: argparse.Namespace, rep: Report) -> None:
 
 
 @dataclass
-class Row:
-    measurement: str
-    value: str
-    baseline: str = "-"
-    ratio: str = "-"
-    target: str = "-"
-    verdict: str = "-"  # meets / MISSES / - (informational)
-
-
-@dataclass
 class Report:
     machine: dict[str, Any] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
@@ -987,16 +970,8 @@ def _load() -> float | None:
     return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.2f} ms"
-
-
 def _mb(nbytes: float) -> str:
     return f"{nbytes / MB:.1f} MB"
-
-
-def _verdict(ok: bool) -> str:
-    return "meets" if ok else "MISSES"
 
 
 def machine_facts() -> dict[str, Any]:
@@ -1062,7 +1037,7 @@ def build_rows(rep: Report) -> None:
                 f"{sl['bare']['cpu_pct']:.2f} % sleeping python",
                 "-",
                 f"< {TARGET_IDLE_CPU_PCT:g} %",
-                _verdict(r["idle_cpu_pct"] < TARGET_IDLE_CPU_PCT),
+                verdict(r["idle_cpu_pct"] < TARGET_IDLE_CPU_PCT),
             )
         )
         rows.append(
@@ -1072,7 +1047,7 @@ def build_rows(rep: Report) -> None:
                 f"{_mb(sl['imports']['rss_max'])} python + daemon imports",
                 f"{r['idle_rss_max'] / sl['imports']['rss_max']:.2f}x",
                 f"< {_mb(TARGET_RSS_BYTES)}",
-                _verdict(r["idle_rss_max"] < TARGET_RSS_BYTES),
+                verdict(r["idle_rss_max"] < TARGET_RSS_BYTES),
             )
         )
         rows.append(
@@ -1105,7 +1080,7 @@ def build_rows(rep: Report) -> None:
                 "-",
                 "-",
                 "0",
-                _verdict(r["files_left"] == r["files"]),
+                verdict(r["files_left"] == r["files"]),
             )
         )
     if "evict" in res:
@@ -1127,7 +1102,7 @@ def build_rows(rep: Report) -> None:
                 f"{e['debounce_max_s']:.2f} s debounce max",
                 "-",
                 f"<= {TARGET_EVICT_S:g} s",
-                _verdict(e["max_s"] <= TARGET_EVICT_S),
+                verdict(e["max_s"] <= TARGET_EVICT_S),
             )
         )
         rows.append(
@@ -1147,22 +1122,22 @@ def build_rows(rep: Report) -> None:
                 f"{ip['pairs_per_s']:,.0f}/s in-process API",
                 f"{h['pairs_per_s'] / ip['pairs_per_s']:.2f}x",
                 f">= {TARGET_PAIRS_PER_S:,.0f}/s",
-                _verdict(h["pairs_per_s"] >= TARGET_PAIRS_PER_S),
+                verdict(h["pairs_per_s"] >= TARGET_PAIRS_PER_S),
             )
         )
         rows.append(
             Row(
                 "HTTP/uds: pair p50 / p99",
-                f"{_ms(h['p50'])} / {_ms(h['p99'])}",
-                f"{_ms(ip['p50'])} / {_ms(ip['p99'])} in-process",
+                f"{ms(h['p50'])} / {ms(h['p99'])}",
+                f"{ms(ip['p50'])} / {ms(ip['p99'])} in-process",
                 f"{h['p50'] / ip['p50']:.1f}x",
             )
         )
         rows.append(
             Row(
                 "HTTP/uds: POST p50 / DELETE p50",
-                f"{_ms(h['post_p50'])} / {_ms(h['delete_p50'])}",
-                f"{_ms(fl['p50'])} GET 404 (no ledger)",
+                f"{ms(h['post_p50'])} / {ms(h['delete_p50'])}",
+                f"{ms(fl['p50'])} GET 404 (no ledger)",
             )
         )
         rows.append(
@@ -1178,11 +1153,11 @@ def build_rows(rep: Report) -> None:
             rows.append(
                 Row(
                     "HTTP/uds, minimal hand-written client: pairs/s",
-                    f"{w['pairs_per_s']:,.0f}/s (p50 {_ms(w['p50'])}, p99 {_ms(w['p99'])})",
+                    f"{w['pairs_per_s']:,.0f}/s (p50 {ms(w['p50'])}, p99 {ms(w['p99'])})",
                     f"{h['pairs_per_s']:,.0f}/s httpx",
                     f"{w['pairs_per_s'] / h['pairs_per_s']:.2f}x",
                     f">= {TARGET_PAIRS_PER_S:,.0f}/s",
-                    _verdict(w["pairs_per_s"] >= TARGET_PAIRS_PER_S),
+                    verdict(w["pairs_per_s"] >= TARGET_PAIRS_PER_S),
                 )
             )
             rows.append(
@@ -1195,7 +1170,7 @@ def build_rows(rep: Report) -> None:
         rows.append(
             Row(
                 "HTTP/uds floor: GET unknown route -> 404, 1 client",
-                f"{fl['per_s']:,.0f} req/s (p99 {_ms(fl['p99'])})",
+                f"{fl['per_s']:,.0f} req/s (p99 {ms(fl['p99'])})",
                 f"= {fl['per_s'] / 2:,.0f} pairs/s at most",
             )
         )
@@ -1213,8 +1188,8 @@ def build_rows(rep: Report) -> None:
             rows.append(
                 Row(
                     f"HTTP/uds: {c['clients']} clients, pair p50 / p99",
-                    f"{_ms(c['p50'])} / {_ms(c['p99'])}",
-                    f"{_ms(h['p50'])} / {_ms(h['p99'])} 1 client",
+                    f"{ms(c['p50'])} / {ms(c['p99'])}",
+                    f"{ms(h['p50'])} / {ms(h['p99'])} 1 client",
                 )
             )
 

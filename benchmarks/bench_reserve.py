@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common import Row, ms, percentile, verdict  # beside this script
+
 TARGET_PAIRS_PER_S = 2000.0
 TARGET_P99_MULTI_S = 0.010
 TARGET_CLI_S = 0.35
@@ -89,14 +91,6 @@ def _check_isolated(root: Path) -> None:
 
 
 # -- statistics --------------------------------------------------------------------------------
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """The q-th percentile (0..100) of already sorted values, nearest-rank."""
-    if not sorted_values:
-        return float("nan")
-    k = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values) + 0.5) - 1))
-    return sorted_values[k]
 
 
 # -- (a) one process ---------------------------------------------------------------------------
@@ -313,16 +307,6 @@ def bench_cli(runs: int) -> dict[str, dict[str, float]]:
 
 
 @dataclass
-class Row:
-    measurement: str
-    value: str
-    baseline: str = "-"
-    ratio: str = "-"
-    target: str = "-"
-    verdict: str = "-"  # meets / MISSES / - (informational)
-
-
-@dataclass
 class Report:
     machine: dict[str, Any] = field(default_factory=dict)
     results: dict[str, Any] = field(default_factory=dict)
@@ -331,14 +315,6 @@ class Report:
     @property
     def missed(self) -> list[str]:
         return [r.measurement for r in self.rows if r.verdict == "MISSES"]
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.2f} ms"
-
-
-def _verdict(ok: bool) -> str:
-    return "meets" if ok else "MISSES"
 
 
 def machine_facts() -> dict[str, Any]:
@@ -382,15 +358,15 @@ def build_rows(rep: Report) -> None:
                 f"{floor:,.0f}/s bare SQLite" if floor else "-",
                 f"{s['pairs_per_s'] / floor:.2f}x" if floor else "-",
                 f">= {TARGET_PAIRS_PER_S:,.0f}/s",
-                _verdict(s["pairs_per_s"] >= TARGET_PAIRS_PER_S),
+                verdict(s["pairs_per_s"] >= TARGET_PAIRS_PER_S),
             )
         )
-        rows.append(Row("1 proc: pair p50", _ms(s["p50"])))
-        rows.append(Row("1 proc: pair p99", _ms(s["p99"])))
+        rows.append(Row("1 proc: pair p50", ms(s["p50"])))
+        rows.append(Row("1 proc: pair p99", ms(s["p99"])))
         rows.append(
             Row(
                 "1 proc: reserve p50 / release p50",
-                f"{_ms(s['reserve_p50'])} / {_ms(s['release_p50'])}",
+                f"{ms(s['reserve_p50'])} / {ms(s['release_p50'])}",
             )
         )
     if "multi" in r:
@@ -407,28 +383,28 @@ def build_rows(rep: Report) -> None:
         rows.append(
             Row(
                 f"{m['procs']} procs: pair p50",
-                _ms(m["p50"]),
-                _ms(single["p50"]) + " 1 proc" if single else "-",
+                ms(m["p50"]),
+                ms(single["p50"]) + " 1 proc" if single else "-",
                 f"{m['p50'] / single['p50']:.1f}x" if single else "-",
             )
         )
         rows.append(
             Row(
                 f"{m['procs']} procs: pair p99",
-                _ms(m["p99"]),
-                _ms(single["p99"]) + " 1 proc" if single else "-",
+                ms(m["p99"]),
+                ms(single["p99"]) + " 1 proc" if single else "-",
                 f"{m['p99'] / TARGET_P99_MULTI_S:.2f}x of target",
-                f"<= {_ms(TARGET_P99_MULTI_S)}",
-                _verdict(m["p99"] <= TARGET_P99_MULTI_S),
+                f"<= {ms(TARGET_P99_MULTI_S)}",
+                verdict(m["p99"] <= TARGET_P99_MULTI_S),
             )
         )
-        rows.append(Row(f"{m['procs']} procs: pair max", _ms(m["max"])))
+        rows.append(Row(f"{m['procs']} procs: pair max", ms(m["max"])))
         fl = r.get("sched_floor")
         if fl:
             rows.append(
                 Row(
-                    f"{m['procs']} procs: p99 of {_ms(fl['op'])} pure CPU, no ledger",
-                    _ms(fl["p99"]),
+                    f"{m['procs']} procs: p99 of {ms(fl['op'])} pure CPU, no ledger",
+                    ms(fl["p99"]),
                     "-",
                     f"{m['p99'] / fl['p99']:.1f}x (ledger/floor)",
                     "(scheduler floor)",
@@ -447,7 +423,7 @@ def build_rows(rep: Report) -> None:
             )
             if name.startswith("janitor"):
                 row.target = f"< {TARGET_CLI_S:.2f} s"
-                row.verdict = _verdict(med < TARGET_CLI_S)
+                row.verdict = verdict(med < TARGET_CLI_S)
             rows.append(row)
 
 

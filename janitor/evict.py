@@ -31,7 +31,7 @@ from janitor.ledger import Ledger, py_path
 from janitor.policy import TreePolicy
 from janitor.scan import Entry, Snapshot, gc_paused
 from janitor.space import volume_stats
-from janitor.units import Unit, unit_key_for
+from janitor.units import Unit, column, unit_key_for
 
 __all__ = [
     "KEEP_REASONS",
@@ -54,13 +54,12 @@ KEEP_REASONS = ("pinned", "reserved", "locked", "open", "young")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 # Column getters (C-level) of Unit, Entry and PlanItem, all NamedTuples.
-_U_KEY = itemgetter(0)
-_U_ENTRIES = itemgetter(3)
-_U_SIZE = itemgetter(4)
-_U_LAST = itemgetter(5)
-_U_LOCK = itemgetter(6)
-_E_INO = itemgetter(3)
-_ITEM_UNIT = itemgetter(1)
+_U_KEY = column(Unit, "key")
+_U_ENTRIES = column(Unit, "entries")
+_U_SIZE = column(Unit, "size")
+_U_LAST = column(Unit, "last_use")
+_U_LOCK = column(Unit, "lock")
+_E_INO = column(Entry, "ino")
 _POOL_ORDER = itemgetter(0, 1, 2)
 
 
@@ -91,6 +90,9 @@ class PlanItem(NamedTuple):
     def last_use(self) -> float:
         """When the unit was last used (latest of mtime, atime, recorded touch)."""
         return self.unit.last_use
+
+
+_ITEM_UNIT = column(PlanItem, "unit")
 
 
 #: ``PlanItem`` from one iterable of its fields, without the NamedTuple's Python __new__.

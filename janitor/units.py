@@ -25,7 +25,7 @@ from typing import Any, Literal, NamedTuple
 from janitor.policy import TreePolicy
 from janitor.scan import Entry, Snapshot, gc_paused
 
-__all__ = ["Unit", "group_units", "unit_key_for"]
+__all__ = ["Unit", "column", "group_units", "unit_key_for"]
 
 
 class Unit(NamedTuple):
@@ -49,13 +49,18 @@ class Unit(NamedTuple):
         return max((e.mtime for e in self.entries), default=0.0)
 
 
-# Column getters of Entry (a NamedTuple): C-level, unlike attribute access in a lambda.
-_PATH = itemgetter(0)
-_REL = itemgetter(1)
-_SIZE = itemgetter(2)
-_MTIME = itemgetter(5)
-_ATIME = itemgetter(6)
-_MODE = itemgetter(9)
+def column(cls: type[tuple[Any, ...]], field: str) -> itemgetter[Any]:
+    """A C-level getter of one field of NamedTuple ``cls``, found by name, not by position."""
+    return itemgetter(cls._fields.index(field))  # type: ignore[attr-defined]
+
+
+# Column getters of Entry: C-level, unlike attribute access in a lambda.
+_PATH = column(Entry, "path")
+_REL = column(Entry, "rel")
+_SIZE = column(Entry, "size")
+_MTIME = column(Entry, "mtime")
+_ATIME = column(Entry, "atime")
+_MODE = column(Entry, "mode")
 #: ``Unit`` built from one iterable of its seven fields, without the NamedTuple's Python __new__.
 _new_unit: Callable[[Iterable[object]], Unit] = partial(tuple.__new__, Unit)
 

@@ -31,24 +31,8 @@ from ._daemon_helpers import (
     write_bytes,
 )
 
-#: The documented JSON shape of a reservation (README, "JSON shapes").
-RESERVATION_KEYS = {
-    "id",
-    "tree",
-    "device",
-    "volume",
-    "bytes",
-    "path",
-    "job",
-    "owner_pid",
-    "created",
-    "expires",
-    "state",
-    "ended",
-    "at_risk",
-    "outstanding",
-}
-#: ... in the order the API writes it (the README's, and ``ReservationOut``'s).
+#: The documented JSON shape of a reservation (README, "JSON shapes"), in the order the API
+#: writes it (the README's, and ``ReservationOut``'s).
 RESERVATION_KEYS_ORDERED = (
     "id",
     "tree",
@@ -65,6 +49,7 @@ RESERVATION_KEYS_ORDERED = (
     "at_risk",
     "outstanding",
 )
+RESERVATION_KEYS = set(RESERVATION_KEYS_ORDERED)
 #: The documented JSON shape of a refusal.
 REFUSAL_KEYS = {
     "error",
