@@ -186,9 +186,13 @@ class Ledger:
                 fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
                 os.close(fd)
             conn = sqlite3.connect(
-                self.path, timeout=0.05, isolation_level=None, check_same_thread=False
+                self.path, timeout=self.lock_timeout, isolation_level=None, check_same_thread=False
             )
-            conn.execute("PRAGMA busy_timeout = 50")
+            # Writers already queue in janitor.writelock; what still meets SQLite's lock is
+            # rare and short (opening a WAL another process is recovering or checkpointing,
+            # a reader's snapshot), so SQLite's own busy handler may wait the whole timeout:
+            # under load, 50 ms was not enough and surfaced as "locked".
+            conn.execute(f"PRAGMA busy_timeout = {int(self.lock_timeout * 1000)}")
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 conn.execute("PRAGMA journal_mode = DELETE")
