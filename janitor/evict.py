@@ -18,20 +18,22 @@ import os
 import stat
 import threading
 import time
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from itertools import accumulate, chain, compress, islice, repeat
-from operator import eq, itemgetter, lt, not_, sub
-from typing import Literal, NamedTuple, get_args
+from itertools import accumulate, chain, pairwise
+from operator import eq
+from typing import Any, Literal, NamedTuple, get_args, overload
+
+import numpy as np
 
 from janitor import inuse
 from janitor.ledger import Ledger, py_path
 from janitor.policy import TreePolicy
 from janitor.scan import Entry, Snapshot, gc_paused
 from janitor.space import volume_stats
-from janitor.units import Unit, column, unit_key_for
+from janitor.units import Floats, Ints, Unit, UnitTable, column, unit_key_for
 
 __all__ = [
     "KEEP_REASONS",
@@ -60,7 +62,6 @@ _U_SIZE = column(Unit, "size")
 _U_LAST = column(Unit, "last_use")
 _U_LOCK = column(Unit, "lock")
 _E_INO = column(Entry, "ino")
-_POOL_ORDER = itemgetter(0, 1, 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +94,108 @@ class PlanItem(NamedTuple):
 
 
 _ITEM_UNIT = column(PlanItem, "unit")
+_ITEM_TREE = column(PlanItem, "tree")
 
 
 #: ``PlanItem`` from one iterable of its fields, without the NamedTuple's Python __new__.
 _new_item: Callable[[Iterable[object]], PlanItem] = partial(tuple.__new__, PlanItem)
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """Consecutive items of one tree and reason: positions in that tree's unit table."""
+
+    tree: str
+    table: UnitTable
+    positions: list[int]
+    reason: Reason
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def item(self, j: int) -> PlanItem:
+        return _new_item((self.tree, self.table[self.positions[j]], self.reason))
+
+    def __iter__(self) -> Iterator[PlanItem]:
+        return map(self.item, range(len(self.positions)))
+
+
+class PlanItems(Sequence[PlanItem]):
+    """A plan's items, in order; each PlanItem (and its Unit) is built when read.
+
+    A plan over a million-file tree may choose half a million units: the planner decides with
+    positions in the unit tables, and the objects are made only as the executor (or a listing)
+    reaches them. Equal to any sequence of the same items, a tuple included.
+    """
+
+    __slots__ = ("_ends", "_parts")
+
+    def __init__(self, parts: Iterable[_Run | tuple[PlanItem, ...]]) -> None:
+        self._parts = tuple(p for p in parts if len(p))
+        self._ends = list(accumulate(map(len, self._parts)))
+
+    @classmethod
+    def join(cls, *seqs: Sequence[PlanItem]) -> PlanItems:
+        """The items of each sequence, one after the other."""
+        parts: list[_Run | tuple[PlanItem, ...]] = []
+        for seq in seqs:
+            parts.extend(seq._parts if isinstance(seq, PlanItems) else (tuple(seq),))
+        return cls(parts)
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    @overload
+    def __getitem__(self, i: int) -> PlanItem: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[PlanItem, ...]: ...
+    def __getitem__(self, i: int | slice) -> PlanItem | tuple[PlanItem, ...]:
+        if isinstance(i, slice):
+            return tuple(map(self.__getitem__, range(*i.indices(len(self)))))
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("plan item index out of range")
+        k = bisect_right(self._ends, i)
+        part = self._parts[k]
+        j = i - (self._ends[k - 1] if k else 0)
+        return part.item(j) if isinstance(part, _Run) else part[j]
+
+    def __iter__(self) -> Iterator[PlanItem]:
+        return chain.from_iterable(self._parts)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(map(eq, self, other))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"<PlanItems: {len(self)} units>"
+
+    @property
+    def bytes(self) -> int:
+        """Allocated bytes of every item's unit (without building them)."""
+        total = 0
+        for p in self._parts:
+            if isinstance(p, _Run):
+                total += int(p.table.size[p.positions].sum())
+            else:
+                total += sum(map(_U_SIZE, map(_ITEM_UNIT, p)))
+        return total
+
+    def trees(self) -> set[str]:
+        """Names of the trees the items are from."""
+        out: set[str] = set()
+        for p in self._parts:
+            out.update((p.tree,) if isinstance(p, _Run) else map(_ITEM_TREE, p))
+        return out
+
+
+def _trees_of(items: Sequence[PlanItem]) -> set[str]:
+    return items.trees() if isinstance(items, PlanItems) else set(map(_ITEM_TREE, items))
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,19 +226,24 @@ class TreePlan:
 class Plan:
     """Ordered items to delete, with the per-tree numbers that led to them."""
 
-    items: tuple[PlanItem, ...]
+    items: Sequence[PlanItem]
     trees: tuple[TreePlan, ...]
 
     @property
     def bytes(self) -> int:
         """Allocated bytes the plan would delete."""
+        if isinstance(self.items, PlanItems):
+            return self.items.bytes
         return sum(map(_U_SIZE, map(_ITEM_UNIT, self.items)))
 
     def merged(self, other: Plan) -> Plan:
         """Both plans' items (other's after ours, duplicates dropped) and tree numbers."""
-        seen = {(i.tree, i.unit.key) for i in self.items}
-        extra = tuple(i for i in other.items if (i.tree, i.unit.key) not in seen)
-        return Plan(self.items + extra, self.trees + other.trees)
+        extra = other.items
+        both = _trees_of(self.items) & _trees_of(extra) if self.items and extra else set()
+        if both:  # only units of a tree in both plans can be there twice
+            seen = {(i.tree, i.unit.key) for i in self.items if i.tree in both}
+            extra = tuple(i for i in extra if (i.tree, i.unit.key) not in seen)
+        return Plan(PlanItems.join(self.items, extra), self.trees + other.trees)
 
 
 def _blocked_keys(
@@ -161,151 +265,107 @@ def _blocked_keys(
 
 
 def _protected(
-    units: Sequence[Unit], tree: TreePolicy, root: str, protection: Protection
+    table: UnitTable, tree: TreePolicy, root: str, protection: Protection
 ) -> dict[int, str]:
     """Positions of the units kept for a reason other than age, with the first reason that
     applies (pinned, reserved, locked, open).
 
-    Each kind of protection costs one pass in C over the units, and only when something of that
+    Each kind of protection costs one pass in C over the table, and only when something of that
     kind exists; the few units a pass finds are then judged exactly, one by one.
     """
-    n = len(units)
+    n = len(table)
     pin_all, pin_keys, pin_pre = _blocked_keys(tree, root, protection.pinned)
     res_all, res_keys, res_pre = _blocked_keys(tree, root, protection.reserved)
     locked = protection.locked
     open_set = protection.open
-    found: Iterable[int]
-    if pin_all or res_all:
-        found = range(n)
-    else:
-        hits: set[int] = set()
-        if pin_keys or res_keys or pin_pre or res_pre:
-            keys = list(map(_U_KEY, units))
-            blocked = pin_keys | res_keys
-            if blocked:
-                hits.update(_positions(list(map(blocked.__contains__, keys))))
-            prefixes = pin_pre + res_pre
-            if prefixes:
-                hits.update(_positions(list(map(str.startswith, keys, repeat(prefixes)))))
-        if locked:
-            hits.update(_positions(list(map(locked.__contains__, map(_U_LOCK, units)))))
-        if open_set:
-            # Inode numbers first (one set, every device): the rare hit is checked with its device.
-            inos = {ino for _dev, ino in open_set}
-            entries = list(map(_U_ENTRIES, units))
-            flat = map(_E_INO, chain.from_iterable(entries))
-            where = _positions(list(map(inos.__contains__, flat)))
-            if where:
-                ends = list(accumulate(map(len, entries)))
-                if ends[-1] == n:  # one entry per unit
-                    hits.update(where)
-                else:
-                    hits.update(bisect_right(ends, i) for i in where)
-        found = sorted(hits)
+    if pin_all:
+        return dict.fromkeys(range(n), "pinned")
+    hits: set[int] = set()
+    hits.update(table.with_keys(pin_keys | res_keys))
+    hits.update(table.under(pin_pre + res_pre))
     out: dict[int, str] = {}
-    for i in found:
-        u = units[i]
-        key = u.key
-        if pin_all or key in pin_keys or (pin_pre and key.startswith(pin_pre)):
+    if res_all:  # the whole tree is reserved: only pins are worth telling apart
+        out = dict.fromkeys(range(n), "reserved")
+    else:
+        hits.update(table.locked_by(locked))
+        hits.update(table.holding(open_set))
+    for i in sorted(hits):
+        key = table.key(i)
+        if key in pin_keys or (pin_pre and key.startswith(pin_pre)):
             out[i] = "pinned"
         elif res_all or key in res_keys or (res_pre and key.startswith(res_pre)):
             out[i] = "reserved"
-        elif u.lock is not None and u.lock in locked:
+        elif locked and table.lock(i) in locked:
             out[i] = "locked"
-        elif open_set and any((e.dev, e.ino) in open_set for e in u.entries):
+        elif open_set and any((e.dev, e.ino) in open_set for e in table.members(i)):
             out[i] = "open"
     return out
 
 
-def _unprotected(
-    units: Sequence[Unit], tree: TreePolicy, root: str, protection: Protection
-) -> tuple[list[Unit], dict[str, int]]:
-    """Units neither pinned, reserved, locked nor open; and counts of those kept, by reason."""
+def _judge(
+    table: UnitTable, tree: TreePolicy, root: str, protection: Protection
+) -> tuple[Ints, dict[str, int]]:
+    """Positions of the units neither pinned, reserved, locked nor open; and counts of those
+    kept, by reason."""
     kept = dict.fromkeys(KEEP_REASONS, 0)
-    protected = _protected(units, tree, root, protection)
+    protected = _protected(table, tree, root, protection)
     if not protected:
-        return list(units), kept
+        return np.arange(len(table)), kept
     for why in protected.values():
         kept[why] += 1
-    mask = [True] * len(units)
-    for i in protected:
-        mask[i] = False
-    return list(compress(units, mask)), kept
+    mask = np.ones(len(table), np.bool_)
+    mask[list(protected)] = False
+    return np.flatnonzero(mask), kept
 
 
-def _order_ties(units: list[Unit], end: int) -> bool:
-    """In a list sorted by last_use, put units of equal last_use in key order: every run that
-    reaches into ``units[:end]`` (ties further on change nothing in a plan). True if any did.
+def _lru_order(last_use: Floats, positions: Ints) -> tuple[Ints, Floats]:
+    """``positions`` by last use, oldest first (ties in no set order: see _order_ties)."""
+    order = positions[np.argsort(last_use[positions])]
+    return order, last_use[order]
 
-    Sorting by the float alone and then mending the (rare) ties is much faster than sorting
-    a million (last_use, key) tuples, and gives the same order.
+
+def _order_ties(
+    order: Ints, lasts: Floats, end: int, key: Callable[[int], Any]
+) -> tuple[bool, Ints]:
+    """Put units of equal last use in ``key`` order, in every run of ties that reaches into
+    ``order[:end]`` (ties further on change nothing in a plan); True if there was any.
+
+    Sorting the floats alone and then mending the (rare) ties is much faster than sorting a
+    million (last_use, key) pairs, and gives the same order.
     """
     if end <= 0:
-        return False
-    stop = min(end + 1, len(units))
-    lus = list(map(_U_LAST, islice(units, stop)))
-    same = list(map(eq, islice(lus, 1, None), lus))  # same[j]: units j and j + 1 tie
-    if True not in same:
-        return False
-    ties = _positions(same)
+        return False, order
+    stop = min(end + 1, len(order))
+    same = np.flatnonzero(lasts[1:stop] == lasts[: stop - 1]).tolist()
+    if not same:
+        return False, order
     runs: list[tuple[int, int]] = []
-    first = prev = ties[0]
-    for j in ties[1:]:
+    first = prev = same[0]
+    for j in same[1:]:
         if j != prev + 1:
             runs.append((first, prev + 2))
             first = j
         prev = j
     last = prev + 2
-    if last == stop:  # the run goes on past what was compared
-        lu = lus[-1]
-        while last < len(units) and units[last].last_use == lu:
-            last += 1
+    if last == stop:  # the run may go on past what was compared
+        last = int(np.searchsorted(lasts, lasts[last - 1], side="right"))
     runs.append((first, last))
+    order = order.copy()
     for a, b in runs:
-        units[a:b] = sorted(units[a:b], key=_U_KEY)
-    return True
+        order[a:b] = sorted(order[a:b].tolist(), key=key)
+    return True, order
 
 
-def _positions(flags: list[bool]) -> list[int]:
-    """Where the true values are (few, as a rule: each is found by a scan in C)."""
-    out: list[int] = []
-    i = -1
-    try:
-        while True:
-            i = flags.index(True, i + 1)
-            out.append(i)
-    except ValueError:
-        return out
-
-
-def _split_young(units: list[Unit], now: float, min_age: float) -> tuple[list[Unit], int]:
-    """Units at least min_age old (in order), and how many were younger."""
-    young = list(map(lt, map(sub, repeat(now), map(_U_LAST, units)), repeat(min_age)))
-    n_young = sum(young)
-    if not n_young:
-        return units, 0
-    return list(compress(units, map(not_, young))), n_young
-
-
-def _items(name: str, units: Iterable[Unit], reason: Reason) -> list[PlanItem]:
-    return list(map(_new_item, zip(repeat(name), units, repeat(reason))))
-
-
-def _lru_prefix(units: list[Unit], start: int, stop: int, need: int) -> tuple[int, int]:
-    """How many of ``units[start:stop]`` (in order) it takes until their sizes reach ``need``
-    (all of them if they never do), and their bytes."""
-    total = 0
-    pos = start
-    chunk = 4096
-    while pos < stop:
-        acc = list(accumulate(map(_U_SIZE, units[pos : min(pos + chunk, stop)])))
-        if acc[-1] + total >= need:
-            k = bisect_left(acc, need - total)
-            return pos + k + 1 - start, total + acc[k]
-        total += acc[-1]
-        pos += len(acc)
-        chunk *= 2
-    return pos - start, total
+def _prefix_for(sizes: Ints, need: int) -> tuple[int, int]:
+    """How many of ``sizes`` (in order) it takes until they reach ``need`` (all of them if they
+    never do), and their bytes."""
+    if not len(sizes) or need <= 0:
+        return 0, 0
+    acc = np.cumsum(sizes)
+    if int(acc[-1]) < need:
+        return len(acc), int(acc[-1])
+    k = int(np.searchsorted(acc, need, side="left"))
+    return k + 1, int(acc[k])
 
 
 def plan_tree(
@@ -325,59 +385,60 @@ def plan_tree(
     young units are never chosen; the tree root is never a unit.
 
     Ties of last use are broken by unit key, so the plan is a pure function of its inputs.
+    ``units`` is best the UnitTable that ``group_units`` gives; any sequence of Units works.
     """
+    table = UnitTable.of(units, snapshot.root)
     with gc_paused():
-        free, kept = _unprotected(units, tree, snapshot.root, protection)
-        usage = sum(map(_U_SIZE, units))
+        free, kept = _judge(table, tree, snapshot.root, protection)
+        usage = int(table.size.sum())
         quota = tree.quota_bytes(volume_total)
         low = tree.low_bytes(volume_total)
         min_age = tree.min_age
-        items: list[PlanItem] = []
+        runs: list[_Run] = []
         planned = 0
         over = quota is not None and low is not None and usage > quota
+        name = tree.name
         if tree.role == "scratch" or tree.max_age is not None or over:
-            free.sort(key=_U_LAST)  # ties: _order_ties below
+            order, lasts = _lru_order(table.last_use, free)
             # LRU order puts the young last: ``now - last_use < min_age`` only grows along it.
-            old = bisect_left(free, True, key=lambda u: now - u.last_use < min_age)
-            kept["young"] = len(free) - old
+            old = len(order) - int(np.count_nonzero(now - lasts < min_age))
+            kept["young"] = len(order) - old
             if tree.role == "scratch":
-                cutoff = now - tree.orphan_age
-                n = bisect_left(free, True, 0, old, key=lambda u: not u.last_use <= cutoff)
-                _order_ties(free, n)
-                items = _items(tree.name, islice(free, n), "orphan")
-                planned = sum(map(_U_SIZE, islice(free, n)))
+                n = int(np.count_nonzero(lasts[:old] <= now - tree.orphan_age))
+                _, order = _order_ties(order, lasts, n, table.key)
+                runs.append(_Run(name, table, order[:n].tolist(), "orphan"))
+                planned = int(table.size[order[:n]].sum())
             else:
                 n = k = need = nbytes = 0
                 if tree.max_age is not None:
-                    cutoff = now - tree.max_age
-                    n = bisect_left(free, True, 0, old, key=lambda u: not u.last_use < cutoff)
-                    planned = sum(map(_U_SIZE, islice(free, n)))
+                    n = int(np.count_nonzero(lasts[:old] < now - tree.max_age))
+                    planned = int(table.size[order[:n]].sum())
                 if over:
                     assert low is not None
                     need = usage - planned - low
-                    if need > 0:
-                        k, nbytes = _lru_prefix(free, n, old, need)
-                if _order_ties(free, n + k) and k:
-                    k, nbytes = _lru_prefix(free, n, old, need)  # ties reordered: count again
-                items = _items(tree.name, islice(free, n), "age")
-                items += _items(tree.name, islice(free, n, n + k), "quota")
+                    k, nbytes = _prefix_for(table.size[order[n:old]], need)
+                ties, order = _order_ties(order, lasts, n + k, table.key)
+                if ties and k:  # ties reordered: count again
+                    k, nbytes = _prefix_for(table.size[order[n:old]], need)
+                runs.append(_Run(name, table, order[:n].tolist(), "age"))
+                runs.append(_Run(name, table, order[n : n + k].tolist(), "quota"))
                 planned += nbytes
         else:
-            kept["young"] = _split_young(free, now, min_age)[1]
+            kept["young"] = int(np.count_nonzero(now - table.last_use[free] < min_age))
         summary = TreePlan(
-            tree=tree.name,
+            tree=name,
             role=tree.role,
             root=snapshot.root,
             device=snapshot.device,
             root_ino=snapshot.root_ino,
             usage=usage,
-            units=len(units),
+            units=len(table),
             quota=quota,
             low_watermark=low,
             planned=planned,
             kept=tuple((k, v) for k, v in kept.items() if v),
         )
-        return Plan(tuple(items), (summary,))
+        return Plan(PlanItems(runs), (summary,))
 
 
 def plan_pressure(
@@ -395,19 +456,28 @@ def plan_pressure(
     and to make room for a reservation (need = its shortfall). Scratch trees are never used.
     Ties of last use are broken by tree name, then unit key.
     """
-    skip = set(exclude)
-    pool: list[tuple[float, str, str, Unit]] = []
+    skip: dict[str, set[str]] = {}
+    for tree_name, key in exclude:
+        skip.setdefault(tree_name, set()).add(key)
+    tables: list[UnitTable] = []
+    names: list[str] = []
+    pool_pos: list[Ints] = []
     trees: list[TreePlan] = []
     with gc_paused():
         for snapshot, units, tree in candidates:
             if tree.role != "cache":
                 continue
-            free, kept = _unprotected(units, tree, snapshot.root, protection)
-            free, kept["young"] = _split_young(free, now, tree.min_age)
+            table = UnitTable.of(units, snapshot.root)
+            free, kept = _judge(table, tree, snapshot.root, protection)
+            young = now - table.last_use[free] < tree.min_age
+            kept["young"] = int(np.count_nonzero(young))
+            free = free[~young]
             name = tree.name
-            if skip:
-                free = [u for u in free if (name, u.key) not in skip]
-            pool.extend(zip(map(_U_LAST, free), repeat(name), map(_U_KEY, free), free))
+            if name in skip:
+                free = np.setdiff1d(free, table.with_keys(skip[name]), assume_unique=True)
+            tables.append(table)
+            names.append(name)
+            pool_pos.append(free)
             trees.append(
                 TreePlan(
                     tree=name,
@@ -415,25 +485,49 @@ def plan_pressure(
                     root=snapshot.root,
                     device=snapshot.device,
                     root_ino=snapshot.root_ino,
-                    usage=sum(map(_U_SIZE, units)),
-                    units=len(units),
+                    usage=int(table.size.sum()),
+                    units=len(table),
                     quota=None,
                     low_watermark=None,
                     planned=0,
                     kept=tuple((k, v) for k, v in kept.items() if v),
                 )
             )
-        pool.sort(key=_POOL_ORDER)
-        items: list[PlanItem] = []
+        runs: list[_Run] = []
         planned: dict[str, int] = {}
-        for _, name, _, unit in pool:
-            if need <= 0:
-                break
-            items.append(PlanItem(name, unit, reason))
-            need -= unit.size
-            planned[name] = planned.get(name, 0) + unit.size
+        if tables and need > 0:
+            # One pool over every tree: (last use, tree name's rank, position), oldest first.
+            rank = {n: r for r, n in enumerate(sorted(set(names)))}
+            which = np.concatenate([np.full(len(p), t, np.int64) for t, p in enumerate(pool_pos)])
+            pos = np.concatenate(pool_pos)
+            lasts = np.concatenate([t.last_use[p] for t, p in zip(tables, pool_pos, strict=True)])
+            sizes = np.concatenate([t.size[p] for t, p in zip(tables, pool_pos, strict=True)])
+            ranks = np.array([rank[names[t]] for t in range(len(names))], np.int64)[which]
+            order = np.lexsort((ranks, lasts))
+            lasts = lasts[order]
+
+            def tie_key(j: int) -> tuple[str, str]:
+                t = int(which[j])
+                return names[t], tables[t].key(int(pos[j]))
+
+            k, _ = _prefix_for(sizes[order], need)
+            ties, order = _order_ties(order, lasts, k, tie_key)
+            if ties:
+                k, _ = _prefix_for(sizes[order], need)
+            chosen = order[:k]
+            for t, name in enumerate(names):
+                mine = chosen[which[chosen] == t]
+                if len(mine):
+                    planned[name] = planned.get(name, 0) + int(sizes[mine].sum())
+            # Consecutive items of one tree make one run.
+            w = which[chosen]
+            cuts = [0, *(np.flatnonzero(w[1:] != w[:-1]) + 1).tolist(), len(chosen)]
+            for a, b in pairwise(cuts):
+                if b > a:
+                    t = int(w[a])
+                    runs.append(_Run(names[t], tables[t], pos[chosen[a:b]].tolist(), reason))
     trees = [replace(t, planned=planned.get(t.tree, 0)) for t in trees]
-    return Plan(tuple(items), tuple(trees))
+    return Plan(PlanItems(runs), tuple(trees))
 
 
 # -- the executor ------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from janitor.policy import Policy, TreePolicy
 from janitor.reserve import live_reservations, reap
 from janitor.scan import Snapshot, display_path, scan
 from janitor.space import volume_stats
-from janitor.units import Unit, group_units
+from janitor.units import Unit, UnitTable, group_units
 
 __all__ = ["EmergencyResult", "SweepResult", "emergency", "make_room", "run_sweep", "tree_locks"]
 
@@ -136,7 +136,7 @@ def _scan_trees(
     ledger: Ledger,
     trees: Sequence[TreePolicy],
     progress: Callable[[str, int], None] | None,
-) -> list[tuple[Snapshot, tuple[Unit, ...], TreePolicy]]:
+) -> list[tuple[Snapshot, UnitTable, TreePolicy]]:
     out = []
     for tree in trees:
         cb = None if progress is None else (lambda n, name=tree.name: progress(name, n))

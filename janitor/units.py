@@ -16,16 +16,19 @@ from __future__ import annotations
 import fnmatch
 import re
 import stat
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from functools import lru_cache, partial
-from itertools import compress, repeat
-from operator import itemgetter, lt, not_
-from typing import Any, Literal, NamedTuple
+from itertools import chain, compress, repeat
+from operator import eq, itemgetter, lt, not_
+from typing import Any, Literal, NamedTuple, overload
+
+import numpy as np
+import numpy.typing as npt
 
 from janitor.policy import TreePolicy
 from janitor.scan import Entry, Snapshot, gc_paused
 
-__all__ = ["Unit", "column", "group_units", "unit_key_for"]
+__all__ = ["Unit", "UnitTable", "column", "group_units", "unit_key_for"]
 
 
 class Unit(NamedTuple):
@@ -62,7 +65,14 @@ _MTIME = column(Entry, "mtime")
 _ATIME = column(Entry, "atime")
 _MODE = column(Entry, "mode")
 #: ``Unit`` built from one iterable of its seven fields, without the NamedTuple's Python __new__.
+_INO = column(Entry, "ino")
 _new_unit: Callable[[Iterable[object]], Unit] = partial(tuple.__new__, Unit)
+_U_KEY = column(Unit, "key")
+_U_ENTRIES = column(Unit, "entries")
+_U_SIZE = column(Unit, "size")
+_U_LAST = column(Unit, "last_use")
+_U_LOCK = column(Unit, "lock")
+_IFMT = 0o170000  # the file-type bits of st_mode
 
 
 def _globs(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
@@ -85,7 +95,7 @@ def unit_key_for(tree: TreePolicy, rel: str) -> str:
 
 def group_units(
     snapshot: Snapshot, tree: TreePolicy, touches: Mapping[str, float] | None = None
-) -> tuple[Unit, ...]:
+) -> UnitTable:
     """Group a snapshot's entries into the tree's units (unmanaged entries are left out)."""
     touches = touches or {}
     include = _globs(tree.include)
@@ -147,9 +157,10 @@ def _literals(items: Iterable[tuple[Any, Any]], limit: int = 64) -> set[str] | N
 
 
 @lru_cache(maxsize=32)
-def _suffix_form(pattern: str) -> tuple[int, re.Pattern[str]] | None:
+def _suffix_form(pattern: str) -> tuple[int, re.Pattern[str], frozenset[str]] | None:
     """The common shape ``^(?P<key>[^/]+?)SUFFIX$`` (key lazy, SUFFIX one of a few literal
-    strings), as (least key length, a regex that strips the longest suffix at each line end).
+    strings), as (least key length, a regex that strips the longest suffix at each line end,
+    the suffixes).
 
     Matched with ``re.match`` on a name, such a pattern takes the shortest key: the name minus the
     longest of the suffixes it ends with, if at least the least key length is left. One
@@ -193,7 +204,7 @@ def _suffix_form(pattern: str) -> tuple[int, re.Pattern[str]] | None:
     if not suffixes:
         return None
     alts = "|".join(re.escape(s) for s in sorted(suffixes, key=lambda s: (-len(s), s)))
-    return least, re.compile(f"(?:{alts})$", re.MULTILINE)
+    return least, re.compile(f"(?:{alts})$", re.MULTILINE), frozenset(suffixes)
 
 
 def _group_keys(pattern: str, rels: list[str]) -> tuple[list[str], list[bool] | None]:
@@ -202,7 +213,7 @@ def _group_keys(pattern: str, rels: list[str]) -> tuple[list[str], list[bool] | 
     n = len(rels)
     form = _suffix_form(pattern)
     if form is not None and n:
-        least, strip = form
+        least, strip, _ends = form
         joined = "\n".join(rels)
         if joined.count("\n") == n - 1:  # no name holds a newline
             stripped, hits = strip.subn("", joined)
@@ -239,6 +250,272 @@ def _match_key(rx: re.Pattern[str], rel: str) -> tuple[str, bool]:
     return (f"{folder}/{key_name}" if folder else key_name), True
 
 
+# -- the table -----------------------------------------------------------------------------------
+
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
+
+
+class UnitTable(Sequence[Unit]):
+    """A tree's units as columns: member files, sizes and last uses; a Unit is built when read.
+
+    A tree may hold a million files. The planner judges units column by column (numpy), and
+    only the units a plan chooses are ever built as objects; keys and lock paths, strings made
+    per unit, are derived only for those and for the few units some protection points at.
+    Immutable, like the Units it stands for.
+    """
+
+    __slots__ = (
+        "_key_of",
+        "_keys",
+        "_matched",
+        "_rels",
+        "_suffixes",
+        "_template",
+        "_units",
+        "files",
+        "kind",
+        "last_use",
+        "root",
+        "size",
+        "starts",
+    )
+
+    def __init__(
+        self,
+        *,
+        kind: Literal["file", "dir"],
+        root: str,
+        files: Sequence[Entry],
+        starts: Ints | None,
+        size: Ints,
+        last_use: Floats,
+        rels: Sequence[str] | None = None,
+        keys: Sequence[str] | None = None,
+        key_of: Callable[[str], tuple[str, bool]] | None = None,
+        matched: Bools | None = None,
+        suffixes: tuple[str, ...] | None = None,
+        template: str | None = None,
+        units: tuple[Unit, ...] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.root = root
+        #: Every unit's member entries, unit after unit (unit i: files[starts[i]:starts[i + 1]],
+        #: or files[i] alone when ``starts`` is None).
+        self.files = files
+        self.starts = starts
+        self.size = size
+        self.last_use = last_use
+        self._rels = rels  # files' paths relative to the root
+        self._keys = keys  # None: derived from a member's rel by ``_key_of``
+        self._key_of = key_of
+        self._matched = matched  # per unit: did the group regex match; None: ask ``_key_of``
+        # Key k's files are named k + one of these (or k itself): lets a few keys be found
+        # among a million files by their names, without deriving every key. None: unknown.
+        self._suffixes = suffixes
+        self._template = template
+        self._units = units
+
+    @classmethod
+    def of(cls, units: Iterable[Unit], root: str = "") -> UnitTable:
+        """A table over Units already built (folder units, tests, callers with a list)."""
+        if isinstance(units, UnitTable):
+            return units
+        built = tuple(units)
+        files = list(chain.from_iterable(map(_U_ENTRIES, built)))
+        counts = np.fromiter(map(len, map(_U_ENTRIES, built)), np.int64, len(built))
+        starts = np.zeros(len(built) + 1, np.int64)
+        np.cumsum(counts, out=starts[1:])
+        return cls(
+            kind=built[0].kind if built else "file",
+            root=root,
+            files=files,
+            starts=starts,
+            size=np.fromiter(map(_U_SIZE, built), np.int64, len(built)),
+            last_use=np.fromiter(map(_U_LAST, built), np.float64, len(built)),
+            keys=list(map(_U_KEY, built)),
+            units=built,
+        )
+
+    # -- the Sequence --------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.size)
+
+    @overload
+    def __getitem__(self, i: int) -> Unit: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Unit, ...]: ...
+    def __getitem__(self, i: int | slice) -> Unit | tuple[Unit, ...]:
+        if isinstance(i, slice):
+            return tuple(map(self._unit, range(*i.indices(len(self)))))
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("unit index out of range")
+        return self._unit(i)
+
+    def __iter__(self) -> Iterator[Unit]:
+        if self._units is not None:
+            return iter(self._units)
+        return map(self._unit, range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(map(eq, self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<UnitTable of {len(self)} {self.kind} units under {self.root!r}>"
+
+    # -- per unit ------------------------------------------------------------------------------
+
+    def members(self, i: int) -> tuple[Entry, ...]:
+        """The entries of unit ``i``."""
+        if self.starts is None:
+            return (self.files[i],)
+        return tuple(self.files[int(self.starts[i]) : int(self.starts[i + 1])])
+
+    def _first(self, i: int) -> int:
+        return i if self.starts is None else int(self.starts[i])
+
+    def _rel(self, f: int) -> str:
+        return self._rels[f] if self._rels is not None else self.files[f].rel
+
+    def key(self, i: int) -> str:
+        """Unit ``i``'s key."""
+        if self._keys is not None:
+            return self._keys[i]
+        assert self._key_of is not None
+        return self._key_of(self._rel(self._first(i)))[0]
+
+    def keys(self) -> Sequence[str]:
+        """Every unit's key, in order (derived for all of them on the first call)."""
+        if self._keys is None:
+            self._keys = list(map(self.key, range(len(self))))
+        return self._keys
+
+    def lock(self, i: int) -> str | None:
+        """The absolute path of unit ``i``'s lock file, if its policy gives it one."""
+        if self._units is not None:
+            return self._units[i].lock
+        template = self._template
+        if not template:
+            return None
+        key = self.key(i)
+        if "{key}" in template:
+            if self._matched is not None:
+                matched = bool(self._matched[i])
+            else:
+                assert self._key_of is not None
+                matched = self._key_of(self._rel(self._first(i)))[1]
+            if not matched:
+                return None
+        return _lock_path(self.root, template, key)
+
+    def _unit(self, i: int) -> Unit:
+        if self._units is not None:
+            return self._units[i]
+        members = self.members(i)
+        main = members[0] if len(members) == 1 else min(members, key=_rel_order)
+        return _new_unit(
+            (
+                self.key(i),
+                self.kind,
+                main.path,
+                members,
+                int(self.size[i]),
+                float(self.last_use[i]),
+                self.lock(i),
+            )
+        )
+
+    # -- finding the few units a protection points at -------------------------------------------
+
+    def _units_of_files(self, where: Iterable[int]) -> list[int]:
+        if self.starts is None:
+            return sorted(set(where))
+        at = np.searchsorted(self.starts, np.fromiter(where, np.int64), side="right") - 1
+        return sorted(set(at.tolist()))
+
+    def _rels_column(self) -> Sequence[str]:
+        if self._rels is None:
+            self._rels = list(map(_REL, self.files))
+        return self._rels
+
+    def with_keys(self, wanted: Collection[str]) -> list[int]:
+        """Positions of the units whose key is one of ``wanted``."""
+        if not wanted:
+            return []
+        if self._keys is None and self._suffixes is not None:
+            # Key k's files are named k or k + a suffix: look for those names, then confirm.
+            names = set(wanted)
+            names.update(k + s for k in wanted for s in self._suffixes)
+            hits = _positions(list(map(names.__contains__, self._rels_column())))
+            return [i for i in self._units_of_files(hits) if self.key(i) in wanted]
+        return _positions(list(map(set(wanted).__contains__, self.keys())))
+
+    def under(self, prefixes: tuple[str, ...]) -> list[int]:
+        """Positions of the units whose key starts with one of ``prefixes`` (folder paths
+        relative to the root, each ending with "/")."""
+        if not prefixes:
+            return []
+        if self.kind == "file" and self._units is None:
+            # A file unit's key and its files' names share their folder part.
+            hits = _positions(list(map(str.startswith, self._rels_column(), repeat(prefixes))))
+            return [i for i in self._units_of_files(hits) if self.key(i).startswith(prefixes)]
+        return _positions(list(map(str.startswith, self.keys(), repeat(prefixes))))
+
+    def locked_by(self, locked: Collection[str]) -> list[int]:
+        """Positions of the units whose lock file is one of ``locked`` (absolute paths)."""
+        if not locked:
+            return []
+        template = self._template
+        if self._units is None and template and template.startswith("{key}"):
+            tail = template[5:]
+            if "{key}" not in tail:
+                base = self.root + "/"
+                keys = {
+                    p[len(base) : len(p) - len(tail)]
+                    for p in locked
+                    if p.startswith(base) and p.endswith(tail) and len(p) > len(base) + len(tail)
+                }
+                return [i for i in self.with_keys(keys) if self.lock(i) in locked]
+        if self._units is not None:
+            return _positions(list(map(locked.__contains__, map(_U_LOCK, self._units))))
+        return [i for i in range(len(self)) if self.lock(i) in locked]
+
+    def holding(self, inodes: Collection[tuple[int, int]]) -> list[int]:
+        """Positions of the units with a file whose (dev, ino) is one of ``inodes``."""
+        if not inodes or not self.files:
+            return []
+        # Inode numbers first (one pass over every file); the rare hit is checked with its dev.
+        inos = np.fromiter(map(_INO, self.files), np.int64, len(self.files))
+        hits = np.flatnonzero(np.isin(inos, np.fromiter({i for _, i in inodes}, np.int64)))
+        return [
+            i
+            for i in self._units_of_files(hits.tolist())
+            if any((e.dev, e.ino) in inodes for e in self.members(i))
+        ]
+
+
+def _positions(flags: list[bool]) -> list[int]:
+    """Where the true values are (few, as a rule: each is found by a scan in C)."""
+    out: list[int] = []
+    i = -1
+    try:
+        while True:
+            i = flags.index(True, i + 1)
+            out.append(i)
+    except ValueError:
+        return out
+
+
 # -- file units ----------------------------------------------------------------------------------
 
 
@@ -248,15 +525,45 @@ def _lock_path(root: str, template: str, key: str) -> str:
     return f"{root}/{folder}/{name}" if folder else f"{root}/{name}"
 
 
+def _one_suffix(rels: list[str], suffixes: frozenset[str], least: int) -> str | None:
+    """The suffix the group strips from every name, when it is one and the same for all ("":
+    no name ends with any); None when names differ, or one needs the regex to judge it.
+
+    Then no two files share a key (each is its name minus the same suffix), so the keys need
+    not even be made: a handful of passes in C over the names decide it.
+    """
+    if not rels or any(map(str.__contains__, rels, repeat("\n"))):
+        return None
+    first = rels[0]
+    ends = [s for s in suffixes if first.endswith(s)]
+    if not ends:
+        return None if any(map(str.endswith, rels, repeat(tuple(suffixes)))) else ""
+    s0 = max(ends, key=len)
+    if not all(map(str.endswith, rels, repeat(s0))):
+        return None
+    # A longer suffix ending with s0 would win for some names; a name that is s0 alone leaves
+    # no key (when one is required) and the regex falls back to a shorter suffix or none.
+    odd = tuple(s for s in suffixes if len(s) > len(s0) and s.endswith(s0))
+    if least:
+        odd += ("/" + s0,)
+        if s0 in rels:
+            return None
+    if odd and any(map(str.endswith, rels, repeat(odd))):
+        return None
+    return s0
+
+
 def _file_units(
     snapshot: Snapshot,
     tree: TreePolicy,
     touches: Mapping[str, float],
     include: re.Pattern[str] | None,
     exclude: re.Pattern[str] | None,
-) -> tuple[Unit, ...]:
+) -> UnitTable:
     entries = snapshot.entries
-    files: list[Entry] = list(compress(entries, map(not_, map(stat.S_ISDIR, map(_MODE, entries)))))
+    kinds = np.fromiter(map(_MODE, entries), np.int64, len(entries)) & _IFMT
+    keep = kinds != stat.S_IFDIR
+    files: list[Entry] = list(entries) if keep.all() else list(compress(entries, keep.tolist()))
     rels: list[str] = list(map(_REL, files))
     if include is not None:
         wanted = list(map(include.match, rels))
@@ -264,105 +571,89 @@ def _file_units(
     if exclude is not None:
         kept = list(map(not_, map(exclude.match, rels)))
         files, rels = list(compress(files, kept)), list(compress(rels, kept))
-    matched: list[bool] | None = []  # no group: no name matches
-    if tree.group:
-        keys, matched = _group_keys(tree.group, rels)
-    else:
-        keys = rels
+    m = len(files)
     root = snapshot.root
-    template = tree.lock
-    if len(set(keys)) == len(keys):
-        return _single_units(files, keys, matched, root, template, touches)
-    groups: dict[str, list[Entry]] = {}
-    for key, e in zip(keys, files, strict=True):
-        bucket = groups.get(key)
-        if bucket is None:
-            groups[key] = [e]
-        else:
-            bucket.append(e)
-    locked_keys: set[str] | None = None  # None: every key has a lock file
-    if not template:
-        locked_keys = set()
-    elif "{key}" in template and matched is not None:
-        locked_keys = set(compress(keys, matched))
-    # "{key}.wav.lock": the lock of key "sub/fp" is "<root>/sub/fp.wav.lock".
-    tail = template[5:] if template and template.startswith("{key}") else None
-    if tail is not None and "{key}" in tail:
-        tail = None
-    units: list[Unit] = []
-    append = units.append
-    for key, members in groups.items():
-        if len(members) == 1:
-            e = members[0]
-            size = e.size
-            last = e.mtime if e.mtime > e.atime else e.atime
-            main = e
-        else:
-            size = 0
-            last = 0.0
-            for e in members:
-                t = e.mtime if e.mtime > e.atime else e.atime
-                if t > last:
-                    last = t
-                size += e.size
-            main = min(members, key=_rel_order)
-        if touches:
-            for e in members:
-                touched = touches.get(e.path)
-                if touched is not None and touched > last:
-                    last = touched
-        lock = None
-        if template and (locked_keys is None or key in locked_keys):
-            lock = f"{root}/{key}{tail}" if tail is not None else _lock_path(root, template, key)
-        append(_new_unit((key, "file", main.path, tuple(members), size, last, lock)))
-    return tuple(units)
+    sizes = np.fromiter(map(_SIZE, files), np.int64, m)
+    lasts = np.maximum(
+        np.fromiter(map(_MTIME, files), np.float64, m),
+        np.fromiter(map(_ATIME, files), np.float64, m),
+    )
+    if touches:
+        for i in _positions(list(map(touches.__contains__, map(_PATH, files)))):
+            lasts[i] = max(lasts[i], touches[files[i].path])
+    common: dict[str, Any] = {"kind": "file", "root": root, "template": tree.lock or None}
+    if not tree.group:
+        # Every file its own unit, keyed by its path; no name matches a group.
+        return UnitTable(
+            files=files,
+            starts=None,
+            size=sizes,
+            last_use=lasts,
+            rels=rels,
+            keys=rels,
+            matched=np.zeros(m, np.bool_),
+            suffixes=(),
+            **common,
+        )
+    rx = re.compile(tree.group)
+    form = _suffix_form(tree.group)
+    suffixes = None
+    if form is not None:
+        least, _strip, ends = form
+        suffixes = tuple(sorted(ends))
+        s0 = _one_suffix(rels, ends, least)
+        if s0 is not None:
+            return UnitTable(
+                files=files,
+                starts=None,
+                size=sizes,
+                last_use=lasts,
+                rels=rels,
+                keys=rels if s0 == "" else None,
+                key_of=partial(_match_key, rx),
+                matched=np.full(m, s0 != "", np.bool_),
+                suffixes=suffixes,
+                **common,
+            )
+    keys, matched = _group_keys(tree.group, rels)
+    hits = np.ones(m, np.bool_) if matched is None else np.array(matched, np.bool_)
+    first: dict[str, int] = {}
+    ids = np.fromiter(map(first.setdefault, keys, range(m)), np.int64, m)
+    if len(first) == m:  # every key its own unit
+        return UnitTable(
+            files=files,
+            starts=None,
+            size=sizes,
+            last_use=lasts,
+            rels=rels,
+            keys=keys,
+            matched=hits,
+            suffixes=suffixes,
+            **common,
+        )
+    # Units in the order of their first file, each unit's files in walk order.
+    order = np.argsort(ids, kind="stable")
+    heads, counts = np.unique(ids, return_counts=True)
+    starts = np.zeros(len(heads) + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    cuts = starts[:-1]
+    where = order.tolist()
+    return UnitTable(
+        files=list(map(files.__getitem__, where)),
+        starts=starts,
+        size=np.add.reduceat(sizes[order], cuts),
+        last_use=np.maximum.reduceat(lasts[order], cuts),
+        rels=list(map(rels.__getitem__, where)),
+        keys=list(map(keys.__getitem__, heads.tolist())),
+        matched=np.logical_or.reduceat(hits[order], cuts),
+        suffixes=suffixes,
+        **common,
+    )
 
 
 def _rel_order(e: Entry) -> tuple[int, str]:
     """A unit of several files is shown (and logged) as its shortest name: ``{fp}.wav``."""
     return len(e.rel), e.rel
-
-
-def _single_units(
-    files: Sequence[Entry],
-    keys: list[str],
-    matched: list[bool] | None,
-    root: str,
-    template: str | None,
-    touches: Mapping[str, float],
-) -> tuple[Unit, ...]:
-    """Units of one file each (every key distinct), built column by column."""
-    paths = list(map(_PATH, files))
-    lasts = [m if m > a else a for m, a in zip(map(_MTIME, files), map(_ATIME, files), strict=True)]
-    if touches:
-        for i in [i for i, p in enumerate(paths) if p in touches]:
-            touched = touches[paths[i]]
-            if touched > lasts[i]:
-                lasts[i] = touched
-    locks: Iterable[str | None]
-    if not template:
-        locks = repeat(None)
-    elif "{key}" not in template:
-        locks = [_lock_path(root, template, k) for k in keys]
-    elif template.startswith("{key}") and template.count("{key}") == 1:
-        # "{key}.wav.lock": the lock of key "sub/fp" is "<root>/sub/fp.wav.lock".
-        tail = template[5:]
-        if matched is None:
-            locks = [f"{root}/{k}{tail}" for k in keys]
-        else:
-            locks = [f"{root}/{k}{tail}" if m else None for k, m in zip(keys, matched, strict=True)]
-    elif matched is None:
-        locks = [_lock_path(root, template, k) for k in keys]
-    else:
-        locks = [
-            _lock_path(root, template, k) if m else None for k, m in zip(keys, matched, strict=True)
-        ]
-    return tuple(
-        map(
-            _new_unit,
-            zip(keys, repeat("file"), paths, zip(files), map(_SIZE, files), lasts, locks),
-        )
-    )
 
 
 # -- folder units --------------------------------------------------------------------------------
@@ -374,7 +665,7 @@ def _dir_units(
     touches: Mapping[str, float],
     include: re.Pattern[str] | None,
     exclude: re.Pattern[str] | None,
-) -> tuple[Unit, ...]:
+) -> UnitTable:
     glob = re.compile(fnmatch.translate(tree.unit_glob))
     requires = _globs(tree.unit_requires)
     heads: dict[str, Entry] = {}
@@ -411,4 +702,4 @@ def _dir_units(
                 max(last, touched),
             )
         )
-    return tuple(units)
+    return UnitTable.of(units, snapshot.root)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from janitor.evict import KEEP_REASONS, Plan, Protection, plan_pressure, plan_tree
 from janitor.policy import TreePolicy
 from janitor.scan import Entry, Snapshot
-from janitor.units import Unit
+from janitor.units import Unit, UnitTable, group_units
 
 NOW = 1_700_000_000.0
 DEV = 7
@@ -89,9 +89,15 @@ def _protection(
 
 
 def cache_world(
-    specs: Sequence[Spec], *, root: str = ROOT, extra_pins: Sequence[str] = (), ino0: int = 100
+    specs: Sequence[Spec],
+    *,
+    root: str = ROOT,
+    extra_pins: Sequence[str] = (),
+    ino0: int = 100,
+    lock_files: bool = True,
 ) -> World:
-    """Media-cache units ``{key}.wav`` + ``{key}.wav.lock`` (some in subfolders)."""
+    """Media-cache units ``{key}.wav`` + ``{key}.wav.lock`` (some in subfolders); without
+    ``lock_files``, the ``.wav`` alone (its lock path is still the unit's)."""
     entries: list[Entry] = []
     units: list[Unit] = []
     by_key: dict[str, Spec] = {}
@@ -104,8 +110,9 @@ def cache_world(
         t = NOW - s.age
         wav = _entry(f"{root}/{base}.wav", f"{base}.wav", s.size, ino0 + 2 * i, t)
         lock = _entry(f"{root}/{base}.wav.lock", f"{base}.wav.lock", 0, ino0 + 2 * i + 1, t)
-        entries += [wav, lock]
-        units.append(Unit(base, "file", wav.path, (wav, lock), s.size, t, lock.path))
+        members = (wav, lock) if lock_files else (wav,)
+        entries += members
+        units.append(Unit(base, "file", wav.path, members, s.size, t, lock.path))
         by_key[base] = s
         if s.pinned:
             pinned.add(wav.path)
@@ -519,3 +526,46 @@ def test_pressure_with_nothing_needed_plans_nothing() -> None:
     tp = tree(quota=10, min_age=0)
     plan = plan_pressure([(world.snapshot, world.units, tp)], 0, protection=Protection(), now=NOW)
     assert plan.items == ()
+
+
+# -- the unit table: what group_units gives the planner ----------------------------------------------
+
+
+@PROPS
+@given(
+    specs=specs_st,
+    lock_files=st.booleans(),
+    pin_sub=st.booleans(),
+    quota=st.integers(1, 2_000_000),
+    low_pct=st.integers(0, 100),
+    min_age=st.integers(0, 200_000),
+    max_age=st.one_of(st.none(), st.integers(1, 400_000)),
+    need=st.integers(0, 2_000_000),
+)
+def test_the_unit_table_of_a_snapshot_plans_exactly_as_its_units_do(
+    specs: list[Spec],
+    lock_files: bool,
+    pin_sub: bool,
+    quota: int,
+    low_pct: int,
+    min_age: int,
+    max_age: int | None,
+    need: int,
+) -> None:
+    """group_units' table finds protected units by their names and derives keys lazily; the
+    plans it leads to must be those of the same units given as a plain list."""
+    world = cache_world(specs, extra_pins=[f"{ROOT}/sub"] if pin_sub else [], lock_files=lock_files)
+    tp = tree(quota=quota, low_watermark=f"{low_pct}%", min_age=min_age, max_age=max_age)
+    table = group_units(world.snapshot, tp)
+    assert isinstance(table, UnitTable)
+    assert sorted(table) == sorted(world.units)
+    from_table = plan_tree(
+        world.snapshot, table, tp, volume_total=10**12, protection=world.protection, now=NOW
+    )
+    assert from_table == _plan(world, tp)
+    assert from_table.bytes == sum(i.size for i in from_table.items)
+    pressure = [
+        plan_pressure([(world.snapshot, units, tp)], need, protection=world.protection, now=NOW)
+        for units in (table, world.units)
+    ]
+    assert pressure[0] == pressure[1]
