@@ -485,9 +485,13 @@ def bench_delete(
 
 
 def planner_inputs(
-    n: int, per_dir: int
+    n: int, per_dir: int, *, locks: bool = False
 ) -> tuple[Snapshot, TreePolicy, TreePolicy, Protection, float]:
-    """A snapshot of ``n`` media-cache files (plus their folders) built in memory, no disk."""
+    """A snapshot of ``n`` media-cache files (plus their folders) built in memory, no disk.
+
+    With ``locks``, every second file is the ``.wav.lock`` of the ``.wav`` before it, as in a
+    real media cache: ``n`` files make ``n / 2`` units of two files.
+    """
     rng = random.Random(1)
     root = "/bench/media_cache"
     now = time.time()
@@ -517,6 +521,8 @@ def planner_inputs(
         )
         for i in range(d * per_dir, min(n, (d + 1) * per_dir)):
             rel = f"{folder}/{names[i]}"
+            if locks and i % 2:  # the lock file of the entry before
+                rel = f"{folder}/{names[i - 1]}.lock"
             mtime = now - 3600 - rng.random() * 30 * 86400
             atime = mtime + rng.random() * 3600
             size = 4096 * (1 + i % 7)
@@ -550,7 +556,7 @@ def planner_inputs(
     media = TreePolicy(**common, group=MEDIA_GROUP, lock=MEDIA_LOCK)
     # A few of each protection, so every branch of the classifier runs, as in a real sweep
     # (open files on the cache's volume are almost never none: the ledger itself is one).
-    picks = [rng.randrange(n) for _ in range(40)]
+    picks = [rng.randrange(n) & ~1 if locks else rng.randrange(n) for _ in range(40)]
     prot = Protection(
         pinned=frozenset(f"{root}/d{i // per_dir:04d}/{names[i]}" for i in picks[:10]),
         reserved=frozenset(f"{root}/d{i // per_dir:04d}/{names[i]}" for i in picks[10:20]),
@@ -588,6 +594,26 @@ def bench_planner(n: int, per_dir: int, repeat: int, profile: bool) -> list[Row]
         kept = dict(plan.trees[0].kept)
         del plan
     both = [(g[0] + p[0], g[1] + p[1]) for g, p in zip(g_media, p_media, strict=True)]
+    del units
+    # A real media cache: each .wav with its .wav.lock, two files to a unit.
+    snap2, _, media2, prot2, now2 = planner_inputs(n, per_dir, locks=True)
+    pairs: list[Sample] = []
+    pair_units = 0
+    for _ in range(repeat):
+        plan, sample = timed(
+            lambda: plan_tree(
+                snap2,
+                group_units(snap2, media2),
+                media2,
+                volume_total=total,
+                protection=prot2,
+                now=now2,
+            )
+        )
+        pairs.append(sample)
+        pair_units = plan.trees[0].units
+        del plan
+    units = group_units(snap, media)
     if profile:
         print_profile(
             f"group_units, {n:,} entries (media-cache policy)", lambda: group_units(snap, media)
@@ -613,6 +639,13 @@ def bench_planner(n: int, per_dir: int, repeat: int, profile: bool) -> list[Row]
             [],
             f"< {TARGET_PLANNER_S:g} s",
             TARGET_PLANNER_S,
+        ),
+        Row(
+            f"planner: group + plan, {n:,} entries, .wav + .wav.lock pairs",
+            pairs,
+            [],
+            "info",
+            note=f"{pair_units:,} units of two files each, as a real media cache holds them",
         ),
     ]
 

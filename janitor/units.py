@@ -466,8 +466,16 @@ class UnitTable(Sequence[Unit]):
         if not prefixes:
             return []
         if self.kind == "file" and self._units is None:
+            rels = self._rels_column()
+            # Most pins name a file, and no file is also a folder: one cheap pass (a set lookup
+            # per name) rules those out before the costlier prefix test of every name.
+            named = {p[:-1] for p in prefixes}
+            files = {rels[f] for f in _positions(list(map(named.__contains__, rels)))}
+            prefixes = tuple(p for p in prefixes if p[:-1] not in files)
+            if not prefixes:
+                return []
             # A file unit's key and its files' names share their folder part.
-            hits = _positions(list(map(str.startswith, self._rels_column(), repeat(prefixes))))
+            hits = _positions(list(map(str.startswith, rels, repeat(prefixes))))
             return [i for i in self._units_of_files(hits) if self.key(i).startswith(prefixes)]
         return _positions(list(map(str.startswith, self.keys(), repeat(prefixes))))
 
