@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import select
 import sqlite3
+import threading
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from janitor.errors import ConfigError, ReservationRefused, UnknownReservation
 from janitor.ledger import Ledger, db_path, py_path
 from janitor.owner import is_alive
-from janitor.space import allocated_size, volume_stats
+from janitor.space import allocated_size, existing_ancestor, volume_stats
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -178,34 +180,114 @@ def reap(conn: sqlite3.Connection, now: float) -> list[ReservationInfo]:
     return _reap_and_sum(conn, now, None)[0]
 
 
+class _OwnerWatch:
+    """Whether owner processes live, cheap enough to ask for every live reservation under the
+    writer lock.
+
+    The first time an owner ``(pid, start)`` is seen, ``is_alive`` checks it the full way (the
+    pid runs, is no zombie, and started at ``start``) and, on Linux, a pidfd is opened on it.
+    A pidfd names that very process, never a later one with its pid, and polls readable once
+    it has exited (a zombie included), so every later check is one ``poll(0)``, not an open,
+    read and parse of ``/proc/PID/stat``. A few hundred owners are watched at most (the oldest
+    first seen is dropped); past that, or where pidfds are missing, each check is
+    ``is_alive``. Shared by the threads of a process; a forked child starts afresh.
+    """
+
+    _LIMIT = 256
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._pid = os.getpid()
+        self._polls: dict[tuple[int, float], tuple[int, select.poll]] = {}
+        self._enabled = hasattr(os, "pidfd_open") and hasattr(select, "poll")
+
+    def alive(self, pid: int, start: float | None) -> bool:
+        if not self._enabled or start is None or start < 0 or pid <= 0:
+            return is_alive(pid, start)
+        key = (pid, start)
+        with self._guard:
+            if self._pid != os.getpid():  # a forked child: its copies of our pidfds are its own
+                self._forget()
+                self._pid = os.getpid()
+            watched = self._polls.get(key)
+            if watched is not None:
+                if not watched[1].poll(0):
+                    return True
+                del self._polls[key]
+                os.close(watched[0])
+                return False
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return is_alive(pid, start)  # no such process (dead), not a leader, no pidfds ...
+        # Opened first, checked second: if the pid changed hands in between, the check
+        # sees the newcomer's start time and says dead, whichever process the pidfd names.
+        try:
+            if not is_alive(pid, start):
+                os.close(fd)
+                return False
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+        except BaseException:
+            os.close(fd)
+            raise
+        with self._guard:
+            if self._pid != os.getpid() or key in self._polls:
+                os.close(fd)  # another thread watched it first, or we forked meanwhile
+                return True
+            self._polls[key] = (fd, poller)
+            if len(self._polls) > self._LIMIT:
+                oldest = next(iter(self._polls))
+                os.close(self._polls.pop(oldest)[0])
+        return True
+
+    def _forget(self) -> None:
+        for fd, _ in self._polls.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._polls.clear()
+
+
+_owners = _OwnerWatch()
+
+#: What _reap_and_sum reads of each live reservation (the rest only for the rare row it ends).
+_LIVE = "SELECT id, device, bytes, path, owner_pid, owner_start, expires FROM reservations "
+_LIVE += "WHERE state = 'live'"
+
+
 def _reap_and_sum(
     conn: sqlite3.Connection, now: float, device: int | None
 ) -> tuple[list[ReservationInfo], int]:
     """One pass over the live reservations, inside the caller's write transaction.
 
     Ends those whose TTL passed or whose owner died and sums the outstanding bytes of the rest
-    on ``device``. Admission runs this under the writer lock, so it reads each row once, builds
-    a value only for the rare row it ends, and asks the OS about each owner once.
+    on ``device``. Admission runs this under the writer lock, so it reads only the columns it
+    needs, builds a value only for the rare row it ends, and asks about each owner once, the
+    cheap way (_OwnerWatch).
     """
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM reservations WHERE state = 'live'").fetchall()
-    ended = []
+    ending: list[tuple[str, str]] = []
     reserved = 0
     alive: dict[tuple[int, float | None], bool] = {}
-    for row in rows:
-        # _COLUMNS: id, tree, device, volume, bytes, path, job, owner_pid, owner_start, ..., expires
-        owner = (row[7], row[8])
-        if row[10] <= now:
-            state = "expired"
-        else:
-            ok = alive.get(owner)
-            if ok is None:
-                ok = alive[owner] = is_alive(*owner)
-            if ok:
-                if row[2] == device:
-                    path = row[5]
-                    reserved += outstanding(row[4], py_path(path) if path is not None else None)
-                continue
-            state = "dead"
+    for rid, dev, nbytes, path, pid, start, expires in conn.execute(_LIVE):
+        if expires <= now:
+            ending.append((rid, "expired"))
+            continue
+        owner = (pid, start)
+        ok = alive.get(owner)
+        if ok is None:
+            ok = alive[owner] = _owners.alive(pid, start)
+        if not ok:
+            ending.append((rid, "dead"))
+        elif dev == device:
+            if path is None:
+                reserved += nbytes
+            else:
+                reserved += outstanding(nbytes, py_path(path))
+    ended = []
+    for rid, state in ending:
+        row = conn.execute(f"SELECT {_COLUMNS} FROM reservations WHERE id = ?", (rid,)).fetchone()
         info = ReservationInfo.from_row(row, measure=False)
         conn.execute(
             "UPDATE reservations SET state = ?, ended = ? WHERE id = ?", (state, now, info.id)
@@ -249,7 +331,7 @@ def live_reservations(
         info = ReservationInfo.from_row(row, measure=False)
         if info.expires <= now:
             continue
-        if check_owners and not is_alive(info.owner_pid, info.owner_start):
+        if check_owners and not _owners.alive(info.owner_pid, info.owner_start):
             continue
         out.append(replace(info, outstanding=outstanding(info.bytes, info.path)))
     return out
@@ -259,6 +341,38 @@ def measure(policy: Policy, tree: TreePolicy) -> tuple[int, str, int, int]:
     """(device, mount, free, floor) of the tree's volume, from a fresh statvfs."""
     vol = volume_stats(tree.path)
     floor, _, _ = policy.volume_policy(vol.device).numbers(vol.total)
+    return vol.device, vol.mount, vol.free, floor
+
+
+#: tree path -> (policy, folder statted, device, size, mount, floor): what a volume is and its
+#: floor change only when something is mounted or resized, which changes device or size.
+_VOLUMES: dict[Path, tuple[Policy, str, int, int, str, int]] = {}
+
+
+def _measure_fast(policy: Policy, tree: TreePolicy) -> tuple[int, str, int, int]:
+    """``measure()`` at the cost of one statvfs and one stat while nothing changed.
+
+    Free space is always read afresh; the device, mount and floor are reused while the same
+    folder still reports the same device and size (walking up to the mount point and
+    resolving the volume's policy cost more than the statvfs).
+    """
+    known = _VOLUMES.get(tree.path)
+    if known is not None and known[0] is policy:
+        _, folder, device, total, mount, floor = known
+        try:
+            st = os.statvfs(folder)
+            same = os.stat(folder).st_dev == device and st.f_blocks * st.f_frsize == total
+        except OSError:
+            same = False
+        # A missing tree is measured at its nearest existing parent, until it is created.
+        if same and (folder == str(tree.path) or str(existing_ancestor(tree.path)) == folder):
+            return device, mount, st.f_bavail * st.f_frsize, floor
+    folder = str(existing_ancestor(tree.path))
+    vol = volume_stats(folder)
+    floor, _, _ = policy.volume_policy(vol.device).numbers(vol.total)
+    if len(_VOLUMES) > 64:
+        _VOLUMES.clear()
+    _VOLUMES[tree.path] = (policy, folder, vol.device, vol.total, vol.mount, floor)
     return vol.device, vol.mount, vol.free, floor
 
 
@@ -282,8 +396,19 @@ def admit(
     With ``grant=False`` it only answers (`janitor check`); a refusal is logged either way.
     """
     now = time.time() if now is None else now
-    device, mount, free, floor = measure(policy, tree)
-    _, reserved = _reap_and_sum(conn, now, device)
+    known = _VOLUMES.get(tree.path)
+    device = known[2] if known is not None and known[0] is policy else -1
+    if device == -1:
+        device = _measure_fast(policy, tree)[0]  # first admission on this tree here
+    while True:
+        _, reserved = _reap_and_sum(conn, now, device)
+        # Free space is read after the reserved bytes are summed: a job writing meanwhile
+        # only lowers free and raises what its reservation has written, which errs on the
+        # safe side (the other order would count what it wrote as free and as still to come).
+        measured, mount, free, floor = _measure_fast(policy, tree)
+        if measured == device:
+            break
+        device = measured  # its volume changed meanwhile: sum again for the new one
     decision = Admission(tree.name, mount, device, nbytes, free, floor, reserved, evicted)
     if not decision.fits and grant:
         Ledger.log(
@@ -377,29 +502,52 @@ def _require_live(info: ReservationInfo, verb: str) -> None:
         )
 
 
+#: SQLite 3.35 added RETURNING: a release is then one statement under the writer lock.
+_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
+_END_LIVE = (
+    "UPDATE reservations SET state = 'released', ended = ? "
+    f"WHERE id = ? AND state = 'live' AND expires > ? RETURNING {_COLUMNS}"
+)
+
+
 def end_reservation(
     conn: sqlite3.Connection, rid: str, *, now: float | None = None
 ) -> ReservationInfo:
-    """Release a live reservation; UnknownReservation if it is unknown or already ended."""
+    """Release a live reservation; UnknownReservation if it is unknown or already ended.
+
+    A release needs no admission, so the usual case, a live reservation within its TTL, is a
+    single UPDATE (and its log line); anything else takes the long way to say why it failed.
+    """
     now = time.time() if now is None else now
+    if _RETURNING:
+        rows = conn.execute(_END_LIVE, (now, rid, now)).fetchall()
+        if rows:
+            info = ReservationInfo.from_row(rows[0])
+            _log_release(conn, info, now)
+            return info
     info = get_reservation(conn, rid)
     if info.state == "live" and info.expires <= now:
         reap(conn, now)
         info = get_reservation(conn, rid)
     _require_live(info, "release")
     conn.execute("UPDATE reservations SET state = 'released', ended = ? WHERE id = ?", (now, rid))
+    info = replace(info, state="released", ended=now)
+    _log_release(conn, info, now)
+    return info
+
+
+def _log_release(conn: sqlite3.Connection, info: ReservationInfo, now: float) -> None:
     Ledger.log(
         conn,
         "release",
         tree=info.tree,
         device=info.device,
-        reservation=rid,
+        reservation=info.id,
         nbytes=info.bytes,
         path=info.path,
         ts=now,
         written=info.bytes - info.outstanding,
     )
-    return replace(info, state="released", ended=now)
 
 
 def grow_reservation(
