@@ -503,8 +503,8 @@ class UnitTable(Sequence[Unit]):
         if not inodes or not self.files:
             return []
         # Inode numbers first (one pass over every file); the rare hit is checked with its dev.
-        inos = np.fromiter(map(_INO, self.files), np.int64, len(self.files))
-        hits = np.flatnonzero(np.isin(inos, np.fromiter({i for _, i in inodes}, np.int64)))
+        inos = np.fromiter(map(_INO, self.files), np.uint64, len(self.files))  # 64-bit inodes
+        hits = np.flatnonzero(np.isin(inos, np.fromiter({i for _, i in inodes}, np.uint64)))
         return [
             i
             for i in self._units_of_files(hits.tolist())

@@ -528,7 +528,7 @@ def test_pressure_with_nothing_needed_plans_nothing() -> None:
     assert plan.items == ()
 
 
-# -- the unit table: what group_units gives the planner ----------------------------------------------
+# -- the unit table: what group_units gives the planner --------------------------------
 
 
 @PROPS
@@ -569,3 +569,24 @@ def test_the_unit_table_of_a_snapshot_plans_exactly_as_its_units_do(
         for units in (table, world.units)
     ]
     assert pressure[0] == pressure[1]
+
+
+def test_open_files_with_inode_numbers_past_2_to_the_63_are_found() -> None:
+    """Some filesystems (XFS, NFS, FUSE) hand out 64-bit inode numbers; a signed column would
+    overflow, and an open file must still be kept."""
+    big = 2**64 - 5
+    world = cache_world([Spec(size=1000, age=90_000.0)] * 3, lock_files=False, ino0=big - 4)
+    opened = world.units[1].entries[0]
+    assert opened.ino >= 2**63
+    tp = tree(quota=1, low_watermark="0%")
+    table = group_units(world.snapshot, tp)
+    plan = plan_tree(
+        world.snapshot,
+        table,
+        tp,
+        volume_total=10**12,
+        protection=Protection(open=frozenset({(DEV, opened.ino)})),
+        now=NOW,
+    )
+    assert [i.unit.key for i in plan.items] == [world.units[0].key, world.units[2].key]
+    assert dict(plan.trees[0].kept) == {"open": 1}
