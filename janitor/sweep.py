@@ -11,7 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +19,14 @@ from typing import Any
 
 from janitor.errors import LedgerError
 from janitor.evict import Plan, Protection, Reason, Report, apply, plan_pressure, plan_tree
-from janitor.inuse import lock_held, open_inodes, prepare_leases
+from janitor.inuse import lock_held, locked_inodes, open_inodes, prepare_leases
 from janitor.ledger import Ledger
 from janitor.pins import live_pins, reap_pins, touches_under
 from janitor.policy import Policy, TreePolicy
 from janitor.reserve import live_reservations, reap
 from janitor.scan import Snapshot, display_path, scan
 from janitor.space import volume_stats
-from janitor.units import Unit, UnitTable, group_units
+from janitor.units import UnitTable, group_units
 
 __all__ = ["EmergencyResult", "SweepResult", "emergency", "make_room", "run_sweep", "tree_locks"]
 
@@ -120,23 +120,45 @@ def tree_locks(state_dir: Path, names: Sequence[str], timeout: float = 600.0) ->
         yield
 
 
-def _protection(ledger: Ledger, units: Sequence[Unit], devices: set[int], now: float) -> Protection:
+Scanned = list[tuple[Snapshot, UnitTable, TreePolicy]]
+
+
+def _held_locks(scanned: Scanned) -> frozenset[str]:
+    """The units' lock files that some process holds a flock on now.
+
+    Where the kernel lists its locks (Linux's /proc/locks), only files whose inode is listed
+    there are probed, a handful instead of every unit's lock file (a million in a big cache);
+    elsewhere every unit's lock path is. A lock taken after this is still caught: the deleter
+    takes each unit's lock itself before removing anything.
+    """
+    inodes = locked_inodes()
+    held: set[str] = set()
+    for snap, table, tree in scanned:
+        if not tree.lock or not len(table):
+            continue
+        candidates: Iterable[str | None]
+        if inodes is None:
+            candidates = map(table.lock, range(len(table)))
+        elif not inodes:
+            continue
+        else:
+            candidates = [e.path for e in snap.entries if e.ino in inodes]
+        held.update(p for p in candidates if p is not None and os.path.lexists(p) and lock_held(p))
+    return frozenset(held)
+
+
+def _protection(ledger: Ledger, scanned: Scanned, devices: set[int], now: float) -> Protection:
     with ledger.read() as conn:
         pins = frozenset(p.path for p in live_pins(conn, now=now))
         reserved = frozenset(r.path for r in live_reservations(conn, now=now) if r.path is not None)
-    locked = frozenset(
-        u.lock
-        for u in units
-        if u.lock is not None and os.path.lexists(u.lock) and lock_held(u.lock)
-    )
-    return Protection(pins, reserved, locked, open_inodes(devices))
+    return Protection(pins, reserved, _held_locks(scanned), open_inodes(devices))
 
 
 def _scan_trees(
     ledger: Ledger,
     trees: Sequence[TreePolicy],
     progress: Callable[[str, int], None] | None,
-) -> list[tuple[Snapshot, UnitTable, TreePolicy]]:
+) -> Scanned:
     out = []
     for tree in trees:
         cb = None if progress is None else (lambda n, name=tree.name: progress(name, n))
@@ -166,9 +188,7 @@ def run_sweep(
             ledger.call(lambda conn: (reap(conn, now), reap_pins(conn, now)))
         scanned = _scan_trees(ledger, trees, progress)
         devices = {s.device for s, _, _ in scanned if s.exists}
-        protection = _protection(
-            ledger, [u for _, units, _ in scanned for u in units], devices, now
-        )
+        protection = _protection(ledger, scanned, devices, now)
         plan = Plan((), ())
         totals: dict[int, int] = {}
         for snap, units, tp in scanned:
@@ -235,7 +255,7 @@ def make_room(
         scanned = [s for s in _scan_trees(ledger, trees, None) if s[0].exists]
         if not any(units for _, units, _ in scanned):
             return None  # nothing to evict: skip the walk over every process's open files
-        protection = _protection(ledger, [u for _, us, _ in scanned for u in us], {device}, now)
+        protection = _protection(ledger, scanned, {device}, now)
         plan = plan_pressure(scanned, need, protection=protection, now=now, reason=reason)
         if not plan.items:
             return None
@@ -300,12 +320,10 @@ def emergency(
             continue
         scanned = [s for s in _scan_trees(ledger, caches, None) if s[0].exists]
         try:
-            protection = _protection(ledger, [u for _, us, _ in scanned for u in us], {device}, now)
+            protection = _protection(ledger, scanned, {device}, now)
         except LedgerError:
             # An unreadable ledger: pins cannot be known, so only what no process holds goes.
-            units = [u for _, us, _ in scanned for u in us]
-            locked = frozenset(u.lock for u in units if u.lock and lock_held(u.lock))
-            protection = Protection(locked=locked, open=open_inodes({device}))
+            protection = Protection(locked=_held_locks(scanned), open=open_inodes({device}))
         open_set = open_set | protection.open
         need = max(free_target - vs.free, 0) if not dry_run else free_target - vs.free
         part = plan_pressure(scanned, need, protection=protection, now=now, reason="pressure")

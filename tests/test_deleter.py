@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from janitor import Janitor
+from janitor import Janitor, inuse
 from janitor.evict import Outcome, Plan, Report, apply
 
 from ._enforce_helpers import (
@@ -200,9 +200,17 @@ def test_a_file_changed_after_planning_is_kept(
     assert o[fp(1)].deleted
 
 
+@pytest.mark.parametrize("proc_locks", [True, False], ids=["proc-locks", "probe-every-lock"])
 def test_a_held_flock_on_the_lock_file_protects_the_entry_in_a_sweep(
-    tmp_path: Path, jan_for: JanFor
+    tmp_path: Path, jan_for: JanFor, monkeypatch: pytest.MonkeyPatch, proc_locks: bool
 ) -> None:
+    """Found through /proc/locks where the kernel lists its locks, else by probing each
+    unit's lock file: the sweep keeps the entry and says why, either way."""
+    if proc_locks and inuse.locked_inodes() is None:
+        pytest.skip("no /proc/locks on this system")
+    if not proc_locks:
+        monkeypatch.setattr(inuse, "_PROC_LOCKS", str(tmp_path / "no-such-file"))
+        assert inuse.locked_inodes() is None
     root = tmp_path / "cache"
     for i in range(3):
         make_entry(root, fp(i), 32 * KiB, age=(3 - i) * DAY, tmp=True)  # fp(0) is the oldest
@@ -647,3 +655,17 @@ def test_many_units_go_with_every_check_and_are_logged_in_plan_order(
     assert all(n.startswith((fp(6), fp(20), fp(31))) for n in left), sorted(left)
     deleted = [o.item.unit.path for o in report.outcomes if o.deleted]
     assert [e.path for e in _deletes(jan)] == deleted
+
+
+def test_locked_inodes_lists_a_file_while_another_process_holds_its_flock(tmp_path: Path) -> None:
+    if inuse.locked_inodes() is None:
+        pytest.skip("no /proc/locks on this system")
+    lock = tmp_path / "x.wav.lock"
+    lock.touch()
+    ino = lock.stat().st_ino
+    with flock_held(lock):
+        found = inuse.locked_inodes()
+        assert found is not None and ino in found
+        assert inuse.lock_held(str(lock))
+    after = inuse.locked_inodes()
+    assert after is not None and ino not in after
