@@ -7,15 +7,25 @@ like a ticket lock built from open-file-description (OFD) byte-range locks on th
 
 * a writer takes a ticket ``t`` (a counter in the file, read and bumped under a lock on byte 0)
   and locks slot byte ``t`` before it lets go of byte 0;
-* it then waits for slot ``t - 1`` (its predecessor's) to be unlocked, which wakes exactly
-  one waiter, in order, and unlocks its own slot when it leaves.
+* it then waits for slot ``t - 1`` (its predecessor's) to be unlocked, and unlocks its own
+  slot when it leaves.
 
 The kernel drops a dead process's locks, so a crashed writer never blocks the queue. The queue
 only orders writers: mutual exclusion still comes from an ``flock`` taken after it, so a writer
 that gives up waiting in the queue (``timeout``) cannot let anyone in early. Elsewhere (macOS
 has no OFD locks) the lock is the ``flock`` alone.
 
-Every wait that may block runs in a helper thread, so it can time out with a clear error.
+A blocking lock call cannot time out, so a waiter does not block on its predecessor's slot:
+it rings a *doorbell* instead. Before its last try of the slot it binds a datagram socket in
+Linux's abstract namespace named after the lock file and its ticket, then sleeps in ``recv``
+with a timeout; a writer leaving the queue unlocks its slot and then sends one byte to its
+successor's name. The slot lock stays the truth: a doorbell only says "look again", and a lost
+one (a predecessor killed, or in another network namespace) costs a re-check every
+``_RECHECK_S``. This wakes the next writer's own thread directly, one hand-off per turn, where
+a helper thread blocked in the lock call costs two wake-ups and several context switches, the
+dearest thing on a machine with fewer cores than writers. Where no doorbell can be bound, and
+for the ``flock``, a wait that may block runs in a helper thread, so it can time out with a
+clear error.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import errno
 import fcntl
 import os
 import queue
+import socket
 import struct
 import sys
 import threading
@@ -43,6 +54,9 @@ _FLOCK = "@hhqqixxxx"
 _COUNTER = 8  # offset of the 8-byte ticket counter (byte 0 is the ticket mutex)
 _SLOTS = 1 << 20  # slot bytes start here; locks past the end of the file are fine
 _SLOT_SPAN = 1 << 40
+#: How often a waiter looks at its predecessor's slot with no doorbell rung (it died, or its
+#: doorbell could not reach us): the most a lost doorbell delays the queue.
+_RECHECK_S = 0.05
 
 
 def _range_lock(fd: int, kind: int, start: int, *, wait: bool) -> None:
@@ -145,6 +159,8 @@ class _ThreadState(threading.local):
     pid: int = 0
     slot: int | None = None
     waiter: _Waiter | None = None
+    bells: bytes = b""  # the lock file's doorbell names start with this
+    ringer: socket.socket | None = None  # sends doorbells; opened on first use
 
 
 class WriterLock:
@@ -176,6 +192,13 @@ class WriterLock:
                 "check the permissions of JANITOR_STATE_DIR"
             ) from None
         local.fd, local.pid, local.slot, local.waiter = _Descriptor(fd), os.getpid(), None, None
+        if local.ringer is not None:
+            local.ringer.close()
+            local.ringer = None
+        st = os.fstat(fd)
+        # Abstract names are per network namespace, not per file: the device and inode make
+        # them this lock file's.
+        local.bells = b"\0space-janitor/%x/%x/" % (st.st_dev, st.st_ino)
         return fd
 
     def _wait(self, call: Callable[[], None], undo: Callable[[], None], deadline: float) -> bool:
@@ -222,6 +245,9 @@ class WriterLock:
         """Close this thread's descriptor (which drops any lock it still holds)."""
         desc, self._local.fd = self._local.fd, None
         self._local.slot = None
+        if self._local.ringer is not None:
+            self._local.ringer.close()
+            self._local.ringer = None
         if desc is not None:
             desc.close()
 
@@ -246,21 +272,75 @@ class WriterLock:
             _range_lock(fd, fcntl.F_UNLCK, 0, wait=False)
         self._local.slot = slot
         before = _SLOTS + (ticket - 1) % _SLOT_SPAN
-        try:
-            _range_lock(fd, fcntl.F_WRLCK, before, wait=False)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            # Past the deadline the queue's order is given up on, and the flock decides.
-            if not self._wait(
+        if not _try_lock(fd, before):
+            bell = self._doorbell(ticket)
+            if bell is not None:
+                with bell:
+                    if not self._await_turn(fd, before, bell, deadline):
+                        return  # past the deadline the queue's order is given up on
+            elif not self._wait(
                 lambda: _range_lock(fd, fcntl.F_WRLCK, before, wait=True),
                 lambda: _range_lock(fd, fcntl.F_UNLCK, before, wait=False),
                 deadline,
             ):
-                return
+                return  # likewise: the flock decides
         _range_lock(fd, fcntl.F_UNLCK, before, wait=False)
+
+    def _doorbell(self, ticket: int) -> socket.socket | None:
+        """A socket bound to ticket's doorbell name, or None if none can be (then block)."""
+        try:
+            bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            bell.bind(self._local.bells + b"%x" % ticket)
+        except OSError:
+            bell.close()  # the name is taken (by a stranger, or a ticket from long ago)
+            return None
+        return bell
+
+    def _await_turn(self, fd: int, before: int, bell: socket.socket, deadline: float) -> bool:
+        """Lock slot ``before`` once its writer leaves; False at the deadline (not locked).
+
+        The doorbell is bound before the first try here, so a predecessor that leaves after
+        that try rings a bell that is already listening: no wake-up can fall in between.
+        """
+        while not _try_lock(fd, before):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            bell.settimeout(min(left, _RECHECK_S))
+            try:
+                bell.recv(16)
+            except TimeoutError:
+                pass
+        return True
 
     def _leave_queue(self, fd: int) -> None:
         slot, self._local.slot = self._local.slot, None
-        if slot is not None:
-            _range_lock(fd, fcntl.F_UNLCK, slot, wait=False)
+        if slot is None:
+            return
+        _range_lock(fd, fcntl.F_UNLCK, slot, wait=False)
+        # Ring the successor's doorbell, after the unlock it announces. Nobody listening
+        # (no successor yet, or one that found the slot free on its own) is the usual reply.
+        local = self._local
+        try:
+            if local.ringer is None:
+                local.ringer = socket.socket(
+                    socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC
+                )
+                local.ringer.setblocking(False)
+            local.ringer.sendto(b"!", local.bells + b"%x" % ((slot - _SLOTS + 1) % _SLOT_SPAN))
+        except OSError:
+            pass  # refused, not found, queue full ...: the successor re-checks on its own
+
+
+def _try_lock(fd: int, start: int) -> bool:
+    """Take the write lock on byte ``start`` if it is free now."""
+    try:
+        _range_lock(fd, fcntl.F_WRLCK, start, wait=False)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        return False
+    return True

@@ -349,6 +349,23 @@ def test_zombie_owner_counts_as_dead(managed_volume: MakeVolume, holder: StartHo
     r.release()
 
 
+def test_an_owner_seen_alive_then_left_a_zombie_counts_as_dead(
+    managed_volume: MakeVolume, holder: StartHolder
+) -> None:
+    """Once seen alive an owner is watched by a pidfd; its exit must still be noticed when the
+    process is a zombie nobody has reaped (its pid still exists)."""
+    vol = managed_volume("64m", floor="8MiB")
+    jan = vol.janitor()
+    victim = holder(vol.policy, "t", 50 * MiB)
+    assert jan.check("t", 1).reserved == 50 * MiB  # seen alive: now watched
+    os.kill(victim.pid, signal.SIGKILL)
+    os.waitid(os.P_PID, victim.pid, os.WEXITED | os.WNOWAIT)
+    assert psutil.Process(victim.pid).status() == psutil.STATUS_ZOMBIE
+    assert jan.check("t", 1).reserved == 0
+    assert jan.get(victim.id).state == "dead"
+    assert victim.proc.poll() == -signal.SIGKILL
+
+
 def test_reused_pid_counts_as_dead(managed_volume: MakeVolume, holder: StartHolder) -> None:
     """A live process with the owner's pid but another start time is not the owner."""
     vol = managed_volume("64m", floor="8MiB")

@@ -139,3 +139,69 @@ def test_threads_of_one_process_exclude_each_other(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     assert worst == 1
+
+
+def _helper_threads() -> set[int]:
+    """The lock's helper threads alive in this process (earlier tests may have left some)."""
+    import threading
+
+    return {id(t) for t in threading.enumerate() if t.name == "janitor-ledger-lock"}
+
+
+@needs_queue
+def test_a_waiter_is_let_in_by_its_doorbell_on_its_own_thread(tmp_path: Path) -> None:
+    """A queued writer sleeps on its doorbell, not in a helper thread blocked on the slot."""
+    path, out = tmp_path / "ledger.lock", tmp_path / "order"
+    holder = _child(path, out, "holder", hold=0.5)
+    _wait_for(out.exists)
+    lock = WriterLock(path, timeout=30)
+    helpers = _helper_threads()
+    lock.acquire()  # queued behind the holder until it leaves and rings
+    assert _helper_threads() == helpers
+    with open(out, "a") as fh:
+        fh.write("parent\n")
+    lock.release()
+    lock.close()
+    assert holder.wait(30) == 0
+    assert out.read_text().split() == ["holder", "parent"]
+
+
+@needs_queue
+def test_a_writer_killed_while_others_wait_on_it_lets_the_queue_go_on(tmp_path: Path) -> None:
+    """A dead predecessor never rings: its successor finds the slot free on its own."""
+    path, out = tmp_path / "ledger.lock", tmp_path / "order"
+    holder = _child(path, out, "holder", hold=60)
+    _wait_for(out.exists)
+    before = _ticket(path)
+    waiter = _child(path, out, "waiter")
+    _wait_for(lambda: _ticket(path) > before)  # queued behind the holder
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(10)
+    assert waiter.wait(30) == 0
+    assert out.read_text().split() == ["holder", "waiter"]
+
+
+@needs_queue
+def test_a_doorbell_name_taken_by_a_stranger_falls_back_to_blocking(tmp_path: Path) -> None:
+    import socket
+
+    path, out = tmp_path / "ledger.lock", tmp_path / "order"
+    holder = _child(path, out, "holder", hold=0.5)
+    _wait_for(out.exists)
+    st = path.stat()
+    stranger = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    # The name the next ticket's doorbell would take.
+    stranger.bind(b"\0space-janitor/%x/%x/%x" % (st.st_dev, st.st_ino, _ticket(path)))
+    try:
+        lock = WriterLock(path, timeout=30)
+        helpers = _helper_threads()
+        lock.acquire()
+        assert _helper_threads() - helpers  # it waited the old way, in a helper thread
+        lock.release()
+        lock.close()
+    finally:
+        stranger.close()
+    assert holder.wait(30) == 0
+    after = _child(path, out, "after")
+    assert after.wait(30) == 0
+    assert out.read_text().split() == ["holder", "after"]
