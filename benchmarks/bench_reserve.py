@@ -118,7 +118,9 @@ def bench_single(n: int, warmup: int) -> dict[str, float]:
 
     jan = Janitor.from_settings()
     _pairs(jan, warmup)
+    before = _usage()
     pair, res, rel, total = _pairs(jan, n)
+    cpu = _usage()[0] - before[0]
     pair.sort()
     res.sort()
     rel.sort()
@@ -130,6 +132,7 @@ def bench_single(n: int, warmup: int) -> dict[str, float]:
         "p99": percentile(pair, 99),
         "reserve_p50": percentile(res, 50),
         "release_p50": percentile(rel, 50),
+        "cpu_per_pair": cpu / n,
     }
 
 
@@ -165,17 +168,29 @@ def bench_sqlite_floor(root: Path, n: int) -> float:
 # -- (b) many processes ------------------------------------------------------------------------
 
 
+def _usage() -> tuple[float, int, int]:
+    """(CPU seconds, voluntary, involuntary context switches) of this process so far."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return 0.0, 0, 0
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime, ru.ru_nvcsw, ru.ru_nivcsw
+
+
 def _worker(n: int, warmup: int, barrier: Any, out: Any) -> None:
     from janitor import Janitor
 
     jan = Janitor.from_settings()
     _pairs(jan, warmup)
     barrier.wait()
+    before = _usage()
     start = time.perf_counter()  # CLOCK_MONOTONIC: comparable across processes on Linux/macOS
     pair, _, _, _ = _pairs(jan, n)
     end = time.perf_counter()
+    after = _usage()
     jan.ledger.close()
-    out.put((start, end, pair))
+    out.put((start, end, pair, tuple(a - b for a, b in zip(after, before, strict=True))))
 
 
 def _spin(seconds: float) -> None:
@@ -225,16 +240,22 @@ def bench_scheduler_floor(procs: int, n: int, op_s: float) -> dict[str, float]:
 
 def bench_multi(procs: int, n: int, warmup: int) -> dict[str, float]:
     results = _run_workers(_worker, procs, (n, warmup))
-    starts, ends, lats = zip(*results, strict=True)
+    starts, ends, lats, usage = zip(*results, strict=True)
     wall = max(ends) - min(starts)
     all_lat = sorted(x for lat in lats for x in lat)
+    pairs = procs * n
     return {
         "procs": procs,
-        "pairs": procs * n,
-        "pairs_per_s": procs * n / wall,
+        "pairs": pairs,
+        "pairs_per_s": pairs / wall,
         "p50": percentile(all_lat, 50),
         "p99": percentile(all_lat, 99),
         "max": all_lat[-1],
+        # What each pair cost the machine: with fewer cores than writers, CPU and hand-offs
+        # (context switches) are what bound the queue's pace.
+        "cpu_per_pair": sum(u[0] for u in usage) / pairs,
+        "vcsw_per_pair": sum(u[1] for u in usage) / pairs,
+        "ivcsw_per_pair": sum(u[2] for u in usage) / pairs,
     }
 
 
@@ -399,6 +420,17 @@ def build_rows(rep: Report) -> None:
             )
         )
         rows.append(Row(f"{m['procs']} procs: pair max", ms(m["max"])))
+        if "cpu_per_pair" in m:
+            single_cpu = single and single.get("cpu_per_pair")
+            rows.append(
+                Row(
+                    f"{m['procs']} procs: CPU per pair; context switches per pair (vol/invol)",
+                    f"{m['cpu_per_pair'] * 1e6:,.0f} us; "
+                    f"{m['vcsw_per_pair']:.1f} / {m['ivcsw_per_pair']:.2f}",
+                    f"{single_cpu * 1e6:,.0f} us 1 proc" if single_cpu else "-",
+                    f"{m['cpu_per_pair'] / single_cpu:.1f}x" if single_cpu else "-",
+                )
+            )
         fl = r.get("sched_floor")
         if fl:
             rows.append(
