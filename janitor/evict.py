@@ -55,13 +55,8 @@ KEEP_REASONS = ("pinned", "reserved", "locked", "open", "young")
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
-# Column getters (C-level) of Unit, Entry and PlanItem, all NamedTuples.
-_U_KEY = column(Unit, "key")
-_U_ENTRIES = column(Unit, "entries")
+# Column getters (C-level) of Unit and PlanItem, both NamedTuples.
 _U_SIZE = column(Unit, "size")
-_U_LAST = column(Unit, "last_use")
-_U_LOCK = column(Unit, "lock")
-_E_INO = column(Entry, "ino")
 
 
 @dataclass(frozen=True, slots=True)

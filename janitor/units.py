@@ -64,8 +64,8 @@ _SIZE = column(Entry, "size")
 _MTIME = column(Entry, "mtime")
 _ATIME = column(Entry, "atime")
 _MODE = column(Entry, "mode")
-#: ``Unit`` built from one iterable of its seven fields, without the NamedTuple's Python __new__.
 _INO = column(Entry, "ino")
+#: ``Unit`` built from one iterable of its seven fields, without the NamedTuple's Python __new__.
 _new_unit: Callable[[Iterable[object]], Unit] = partial(tuple.__new__, Unit)
 _U_KEY = column(Unit, "key")
 _U_ENTRIES = column(Unit, "entries")
@@ -481,7 +481,7 @@ class UnitTable(Sequence[Unit]):
 
     def locked_by(self, locked: Collection[str]) -> list[int]:
         """Positions of the units whose lock file is one of ``locked`` (absolute paths)."""
-        if not locked:
+        if not locked or (self._units is None and not self._template):
             return []
         template = self._template
         if self._units is None and template and template.startswith("{key}"):
@@ -491,7 +491,7 @@ class UnitTable(Sequence[Unit]):
                 keys = {
                     p[len(base) : len(p) - len(tail)]
                     for p in locked
-                    if p.startswith(base) and p.endswith(tail) and len(p) > len(base) + len(tail)
+                    if p.startswith(base) and p.endswith(tail) and len(p) >= len(base) + len(tail)
                 }
                 return [i for i in self.with_keys(keys) if self.lock(i) in locked]
         if self._units is not None:

@@ -590,3 +590,34 @@ def test_open_files_with_inode_numbers_past_2_to_the_63_are_found() -> None:
     )
     assert [i.unit.key for i in plan.items] == [world.units[0].key, world.units[2].key]
     assert dict(plan.trees[0].kept) == {"open": 1}
+
+
+@pytest.mark.parametrize("lock", ["{key}.wav.lock", ".{key}.lock", None])
+def test_a_held_lock_protects_a_unit_whose_key_is_empty(lock: str | None) -> None:
+    """A group whose key may be empty makes the root's ``.wav`` the unit ``""``; its held lock
+    (``<root>/.wav.lock``) must keep it, from a UnitTable as from a list of its units."""
+    e = Entry(f"{ROOT}/.wav", ".wav", 1000, 101, DEV, NOW - 9e4, NOW - 9e4, NOW, 0, _FILE, 1000)
+    snap = Snapshot(ROOT, DEV, 1, NOW, (e,))
+    tp = TreePolicy.model_validate(
+        {
+            "name": "t",
+            "role": "cache",
+            "path": ROOT,
+            "group": r"^(?P<key>.*?)\.wav$",
+            "lock": lock,
+            "quota": 1,
+            "low_watermark": "0%",
+            "min_age": 0,
+        }
+    )
+    table = group_units(snap, tp)
+    held = table[0].lock
+    assert held == (None if lock is None else f"{ROOT}/{lock.replace('{key}', '')}")
+    prot = Protection(locked=frozenset({held or f"{ROOT}/.wav.lock"}))
+    for units in (table, list(table)):
+        plan = plan_tree(snap, units, tp, volume_total=10**9, protection=prot, now=NOW)
+        if lock is None:
+            assert [i.unit.key for i in plan.items] == [""]
+        else:
+            assert plan.items == ()
+            assert dict(plan.trees[0].kept) == {"locked": 1}
