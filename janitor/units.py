@@ -264,7 +264,7 @@ class UnitTable(Sequence[Unit]):
     A tree may hold a million files. The planner judges units column by column (numpy), and
     only the units a plan chooses are ever built as objects; keys and lock paths, strings made
     per unit, are derived only for those and for the few units some protection points at.
-    Immutable, like the Units it stands for.
+    Read-only: its columns never change; only the keys and names it derives are kept once made.
     """
 
     __slots__ = (
@@ -311,7 +311,7 @@ class UnitTable(Sequence[Unit]):
         self._rels = rels  # files' paths relative to the root
         self._keys = keys  # None: derived from a member's rel by ``_key_of``
         self._key_of = key_of
-        self._matched = matched  # per unit: did the group regex match; None: ask ``_key_of``
+        self._matched = matched  # per unit: did the group regex match (None: Units given)
         # Key k's files are named k + one of these (or k itself): lets a few keys be found
         # among a million files by their names, without deriving every key. None: unknown.
         self._suffixes = suffixes
@@ -408,14 +408,9 @@ class UnitTable(Sequence[Unit]):
         if not template:
             return None
         key = self.key(i)
-        if "{key}" in template:
-            if self._matched is not None:
-                matched = bool(self._matched[i])
-            else:
-                assert self._key_of is not None
-                matched = self._key_of(self._rel(self._first(i)))[1]
-            if not matched:
-                return None
+        assert self._matched is not None  # every table built from files has the column
+        if "{key}" in template and not self._matched[i]:
+            return None
         return _lock_path(self.root, template, key)
 
     def _unit(self, i: int) -> Unit:
@@ -590,55 +585,31 @@ def _file_units(
         for i in _positions(list(map(touches.__contains__, map(_PATH, files)))):
             lasts[i] = max(lasts[i], touches[files[i].path])
     common: dict[str, Any] = {"kind": "file", "root": root, "template": tree.lock or None}
+    # A table of one file to a unit, in walk order.
+    singles = partial(
+        UnitTable, files=files, starts=None, size=sizes, last_use=lasts, rels=rels, **common
+    )
     if not tree.group:
         # Every file its own unit, keyed by its path; no name matches a group.
-        return UnitTable(
-            files=files,
-            starts=None,
-            size=sizes,
-            last_use=lasts,
-            rels=rels,
-            keys=rels,
-            matched=np.zeros(m, np.bool_),
-            suffixes=(),
-            **common,
-        )
+        return singles(keys=rels, matched=np.zeros(m, np.bool_))
     rx = re.compile(tree.group)
     form = _suffix_form(tree.group)
-    suffixes = None
     if form is not None:
         least, _strip, ends = form
-        suffixes = tuple(sorted(ends))
         s0 = _one_suffix(rels, ends, least)
         if s0 is not None:
-            return UnitTable(
-                files=files,
-                starts=None,
-                size=sizes,
-                last_use=lasts,
-                rels=rels,
+            return singles(
                 keys=rels if s0 == "" else None,
                 key_of=partial(_match_key, rx),
                 matched=np.full(m, s0 != "", np.bool_),
-                suffixes=suffixes,
-                **common,
+                suffixes=tuple(sorted(ends)),
             )
     keys, matched = _group_keys(tree.group, rels)
     hits = np.ones(m, np.bool_) if matched is None else np.array(matched, np.bool_)
     first: dict[str, int] = {}
     ids = np.fromiter(map(first.setdefault, keys, range(m)), np.int64, m)
     if len(first) == m:  # every key its own unit
-        return UnitTable(
-            files=files,
-            starts=None,
-            size=sizes,
-            last_use=lasts,
-            rels=rels,
-            keys=keys,
-            matched=hits,
-            suffixes=suffixes,
-            **common,
-        )
+        return singles(keys=keys, matched=hits)
     # Units in the order of their first file, each unit's files in walk order.
     order = np.argsort(ids, kind="stable")
     heads, counts = np.unique(ids, return_counts=True)
@@ -654,7 +625,6 @@ def _file_units(
         rels=list(map(rels.__getitem__, where)),
         keys=list(map(keys.__getitem__, heads.tolist())),
         matched=np.logical_or.reduceat(hits[order], cuts),
-        suffixes=suffixes,
         **common,
     )
 
