@@ -47,6 +47,8 @@ log = logging.getLogger("janitor.daemon")
 
 #: How often broken watches are re-armed, polled trees swept and the policy's mtime compared.
 REARM_INTERVAL_S = 5.0
+#: How often the daemon drops what the ledger no longer needs (Ledger.prune).
+PRUNE_INTERVAL_S = 3600.0
 
 
 class DaemonRunning(JanitorError):
@@ -91,6 +93,7 @@ class Daemon:
         self._dirty: set[str] = set()
         self._pressure: set[int] = set()
         self._log_cursor = 0
+        self._pruned: float | None = None  # monotonic time of the last Ledger.prune
         self._policy_mtime = 0.0
         self._sockets: list[socket.socket] = []
 
@@ -624,14 +627,21 @@ class Daemon:
             log.warning("%s", warning)
 
     def reap(self) -> None:
-        """End reservations and pins whose owners died or whose TTL passed."""
+        """End reservations and pins whose owners died or whose TTL passed; hourly, prune."""
         from janitor.pins import reap_pins
         from janitor.reserve import reap
 
         now = time.time()
-        ended = self.janitor.ledger.call(lambda conn: (reap(conn, now), reap_pins(conn, now)))
+        ledger = self.janitor.ledger
+        ended = ledger.call(lambda conn: (reap(conn, now), reap_pins(conn, now)))
         for info in ended[0]:
             log.info("reservation %s ended: %s", info.id, info.state)
+        if self._pruned is None or time.monotonic() - self._pruned >= PRUNE_INTERVAL_S:
+            # Ended reservations, old log lines and samples: a few thousand rows per
+            # transaction, so reservations queued behind it wait milliseconds, not seconds.
+            while ledger.call(lambda conn: ledger.prune(conn)) and not self._stop.is_set():
+                pass
+            self._pruned = time.monotonic()
 
     def on_dirty(self, tree: str) -> None:
         """Called by the watcher once a tree's events settled: wakes the eviction thread."""

@@ -41,7 +41,7 @@ def py_path(value: str | bytes) -> str:
     return os.fsdecode(value) if isinstance(value, bytes) else value
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _T = TypeVar("_T")
 
@@ -50,6 +50,15 @@ _CHECKPOINT_BYTES = 8 * 1024 * 1024
 #: What the WAL file is cut back to when it restarts.
 _WAL_KEEP_BYTES = 1024 * 1024
 
+#: A new ledger's page size. Every write transaction copies each page it touches into the WAL,
+#: and a writer that follows another one re-reads the pages it needs: small pages keep a
+#: reserve or a release at about four 1 KiB frames. (A ledger made with other pages keeps them.)
+_PAGE_SIZE = 1024
+
+# Shaped for the writes that queue behind the writer lock (a reserve, a release): reservations
+# are kept in id order, and ids start with their creation time, so a grant and its release
+# touch the table's last page; only live rows are indexed; the log is appended in rowid order
+# with no other index (its ids rise with its times, see Ledger._first_id_at).
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS reservations (
     id          TEXT PRIMARY KEY,
@@ -66,8 +75,8 @@ CREATE TABLE IF NOT EXISTS reservations (
     state       TEXT NOT NULL DEFAULT 'live',
     ended       REAL,
     at_risk     TEXT
-);
-CREATE INDEX IF NOT EXISTS reservations_state ON reservations(state, device);
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS reservations_live ON reservations(device) WHERE state = 'live';
 CREATE TABLE IF NOT EXISTS pins (
     id          TEXT PRIMARY KEY,
     tree        TEXT NOT NULL,
@@ -103,7 +112,7 @@ CREATE TABLE IF NOT EXISTS volumes (
     updated     REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS log (
-    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    id          INTEGER PRIMARY KEY,
     ts          REAL NOT NULL,
     event       TEXT NOT NULL,
     tree        TEXT,
@@ -113,7 +122,20 @@ CREATE TABLE IF NOT EXISTS log (
     path        TEXT,
     detail      TEXT
 );
-CREATE INDEX IF NOT EXISTS log_ts ON log(ts);
+"""
+
+#: Schema 1 -> 2: the same columns and rows; the tables are rebuilt in their new shape.
+_MIGRATE_1 = """
+DROP INDEX IF EXISTS reservations_state;
+DROP INDEX IF EXISTS log_ts;
+ALTER TABLE reservations RENAME TO reservations_v1;
+ALTER TABLE log RENAME TO log_v1;
+{schema};
+INSERT INTO reservations SELECT * FROM reservations_v1;
+INSERT INTO log SELECT * FROM log_v1;
+DROP TABLE reservations_v1;
+DROP TABLE log_v1;
+DELETE FROM sqlite_sequence WHERE name IN ('log', 'log_v1')
 """
 
 # SQLite primary result codes (the low byte of an extended code).
@@ -180,6 +202,7 @@ class Ledger:
                 f"cannot create state dir {self.path.parent}: {exc.strerror}; "
                 "fix JANITOR_STATE_DIR or its permissions"
             ) from None
+        conn = None
         try:
             if not self.path.exists():
                 # Created 0600: the ledger names jobs and paths of this user only.
@@ -193,6 +216,10 @@ class Ledger:
             # a reader's snapshot), so SQLite's own busy handler may wait the whole timeout:
             # under load, 50 ms was not enough and surfaced as "locked".
             conn.execute(f"PRAGMA busy_timeout = {int(self.lock_timeout * 1000)}")
+            # A ledger of a newer space-janitor is refused before anything is changed in it.
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            self._refuse_newer(version)
+            conn.execute(f"PRAGMA page_size = {_PAGE_SIZE}")  # only a new, empty file takes it
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 conn.execute("PRAGMA journal_mode = DELETE")
@@ -203,37 +230,47 @@ class Ledger:
             # After a checkpoint, the next writer restarts the WAL and truncates it to this.
             conn.execute(f"PRAGMA journal_size_limit = {_WAL_KEEP_BYTES}")
             conn.execute("PRAGMA foreign_keys = ON")
-            self._ensure_schema(conn)
-        except sqlite3.Error as exc:
-            raise self._translate(exc) from None
-        except OSError as exc:
-            raise LedgerError(
-                f"cannot open ledger {self.path}: {exc.strerror}; "
-                "check the permissions of JANITOR_STATE_DIR"
-            ) from None
+            if version != SCHEMA_VERSION:
+                self._ensure_schema(conn)
+        except BaseException as exc:
+            if conn is not None:
+                conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self._translate(exc) from None
+            if isinstance(exc, OSError) and not isinstance(exc, LedgerError):
+                raise LedgerError(
+                    f"cannot open ledger {self.path}: {exc.strerror}; "
+                    "check the permissions of JANITOR_STATE_DIR"
+                ) from None
+            raise
         self._local.conn = conn
         return conn
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == SCHEMA_VERSION:
-            return
+        """Create the tables of a new ledger, or upgrade an older one, in one transaction."""
+        self._begin(conn)
+        try:
+            # Read under the write lock: another process may have just created or migrated it.
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            self._refuse_newer(version)
+            if version < SCHEMA_VERSION:
+                script = _MIGRATE_1.format(schema=_SCHEMA) if version == 1 else _SCHEMA
+                # One statement at a time: executescript() would commit our transaction first.
+                for statement in script.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _refuse_newer(self, version: int) -> None:
         if version > SCHEMA_VERSION:
             raise LedgerError(
                 f"ledger {self.path} was written by a newer space-janitor (schema {version}); "
                 "upgrade space-janitor"
             )
-        self._begin(conn)
-        try:
-            # One statement at a time: executescript() would commit our transaction first.
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     def close(self) -> None:
         """Close this thread's connection and lock file (others close when their thread ends)."""
@@ -413,8 +450,8 @@ class Ledger:
         where: list[str] = []
         args: list[Any] = []
         if since is not None:
-            where.append("ts >= ?")
-            args.append(since)
+            where.append("id >= ? AND ts >= ?")
+            args.extend((0, since))  # the id is filled in below, inside the read snapshot
         if events:
             where.append(f"event IN ({','.join('?' * len(events))})")
             args.extend(events)
@@ -425,6 +462,8 @@ class Ledger:
             sql = f"SELECT * FROM ({sql} DESC LIMIT {int(limit)}) ORDER BY id"
         try:
             with self.read() as conn:
+                if since is not None:
+                    args[0] = self._first_id_at(conn, since)
                 rows = conn.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
@@ -433,13 +472,58 @@ class Ledger:
             for r in rows
         ]
 
-    def prune(self, conn: sqlite3.Connection, *, keep_s: float = 30 * 86400) -> None:
-        """Drop ended reservations and pins, old samples and log lines past ``keep_s``."""
-        cutoff = time.time() - keep_s
-        conn.execute("DELETE FROM reservations WHERE state != 'live' AND ended < ?", (cutoff,))
-        conn.execute("DELETE FROM pins WHERE state != 'live' AND ended < ?", (cutoff,))
-        conn.execute("DELETE FROM log WHERE ts < ?", (cutoff,))
-        conn.execute("DELETE FROM samples WHERE ts < ?", (time.time() - 86400,))
+    @staticmethod
+    def _first_id_at(conn: sqlite3.Connection, ts: float) -> int:
+        """The id of the first log line written at ``ts`` or later (one past the last if none).
+
+        Lines are appended with rising ids and the wall clock's times, so a binary search on
+        the id finds where a time starts, without an index on ``ts`` that every write would
+        have to keep. Only a clock stepped back can misplace it, by the lines of that step.
+        """
+        bounds = "SELECT coalesce(min(id), 1), coalesce(max(id), 0) FROM log"
+        lo, hi = conn.execute(bounds).fetchone()
+        hi += 1
+        seek = "SELECT id, ts FROM log WHERE id >= ? ORDER BY id LIMIT 1"
+        while lo < hi:
+            mid = (lo + hi) // 2
+            row = conn.execute(seek, (mid,)).fetchone()
+            if row is None or row[1] >= ts:
+                hi = mid
+            else:
+                lo = row[0] + 1
+        return int(lo)
+
+    def prune(
+        self, conn: sqlite3.Connection, *, keep_s: float = 30 * 86400, batch: int = 5000
+    ) -> bool:
+        """Drop ended reservations and pins and log lines past ``keep_s``, samples past a day.
+
+        At most ``batch`` rows of each table go per call, so the caller's transaction stays
+        short; returns whether some are left. The newest log line always stays, so log ids
+        keep rising (readers follow the log by id).
+        """
+        now = time.time()
+        cutoff = now - keep_s
+        counts = []
+        for table in ("reservations", "pins"):
+            cur = conn.execute(
+                f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} "
+                "WHERE state != 'live' AND ended < ? LIMIT ?)",
+                (cutoff, batch),
+            )
+            counts.append(cur.rowcount)
+        first = conn.execute("SELECT coalesce(min(id), 0) FROM log").fetchone()[0]
+        bound = min(self._first_id_at(conn, cutoff), first + batch)
+        cur = conn.execute(
+            "DELETE FROM log WHERE id < ? AND id < (SELECT max(id) FROM log)", (bound,)
+        )
+        counts.append(cur.rowcount)
+        cur = conn.execute(
+            "DELETE FROM samples WHERE rowid IN (SELECT rowid FROM samples WHERE ts < ? LIMIT ?)",
+            (now - 86400, batch),
+        )
+        counts.append(cur.rowcount)
+        return max(counts) >= batch
 
 
 def _volume_full(folder: Path) -> bool:

@@ -376,6 +376,20 @@ def _measure_fast(policy: Policy, tree: TreePolicy) -> tuple[int, str, int, int]
     return vol.device, vol.mount, vol.free, floor
 
 
+def new_id(now: float) -> str:
+    """A reservation id such as ``r-19adf3c2b41e7a5c``: the creation time in milliseconds (11
+    hex digits), then 20 random bits.
+
+    Ids that rise with time keep the ledger's writes on its last pages (see janitor.ledger).
+    """
+    return f"r-{int(now * 1000) & 0xFFFFFFFFFFF:011x}{secrets.randbits(20):05x}"
+
+
+#: SQLITE_CONSTRAINT_PRIMARYKEY, the extended code of a duplicate id.
+_PRIMARY_KEY_TAKEN = 1555
+_INSERT = f"INSERT INTO reservations ({_COLUMNS}) VALUES ({','.join('?' * 14)})"
+
+
 def admit(
     conn: sqlite3.Connection,
     policy: Policy,
@@ -429,7 +443,7 @@ def admit(
     if not grant:
         return decision, None
     info = ReservationInfo(
-        id="r-" + secrets.token_hex(8),
+        id=new_id(now),
         tree=tree.name,
         device=device,
         volume=mount,
@@ -443,25 +457,32 @@ def admit(
         state="live",
         outstanding=outstanding(nbytes, path),
     )
-    conn.execute(
-        f"INSERT INTO reservations ({_COLUMNS}) VALUES ({','.join('?' * 14)})",
-        (
-            info.id,
-            info.tree,
-            info.device,
-            info.volume,
-            info.bytes,
-            None if info.path is None else db_path(info.path),
-            info.job,
-            info.owner_pid,
-            info.owner_start,
-            info.created,
-            info.expires,
-            info.state,
-            None,
-            None,
-        ),
-    )
+    row = [
+        info.id,
+        info.tree,
+        info.device,
+        info.volume,
+        info.bytes,
+        None if info.path is None else db_path(info.path),
+        info.job,
+        info.owner_pid,
+        info.owner_start,
+        info.created,
+        info.expires,
+        info.state,
+        None,
+        None,
+    ]
+    for attempt in range(8):
+        try:
+            conn.execute(_INSERT, row)
+            break
+        except sqlite3.IntegrityError as exc:
+            # Two grants in one millisecond drew the same 20 random bits: draw again.
+            if attempt == 7 or getattr(exc, "sqlite_errorcode", 0) != _PRIMARY_KEY_TAKEN:
+                raise
+            info = replace(info, id=new_id(now))
+            row[0] = info.id
     Ledger.log(
         conn,
         "grant",

@@ -1,0 +1,271 @@
+"""The ledger's file: its schema, the upgrade from schema 1, ids, the log's time search, pruning.
+
+Real SQLite files in the isolated state dir; a schema-1 ledger is written with the statements
+space-janitor 0.x shipped, so the upgrade runs on what a user's disk really holds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from janitor import Janitor
+from janitor.errors import LedgerError
+from janitor.ledger import SCHEMA_VERSION, Ledger
+
+from .conftest import JanitorEnv
+
+#: The schema-1 tables that changed, as schema 1 created them.
+_V1 = """
+CREATE TABLE reservations (
+    id          TEXT PRIMARY KEY,
+    tree        TEXT NOT NULL,
+    device      INTEGER NOT NULL,
+    volume      TEXT NOT NULL,
+    bytes       INTEGER NOT NULL,
+    path        TEXT,
+    job         TEXT,
+    owner_pid   INTEGER NOT NULL,
+    owner_start REAL,
+    created     REAL NOT NULL,
+    expires     REAL NOT NULL,
+    state       TEXT NOT NULL DEFAULT 'live',
+    ended       REAL,
+    at_risk     TEXT
+);
+CREATE INDEX reservations_state ON reservations(state, device);
+CREATE TABLE pins (
+    id          TEXT PRIMARY KEY,
+    tree        TEXT NOT NULL,
+    path        TEXT NOT NULL,
+    owner_pid   INTEGER NOT NULL,
+    owner_start REAL,
+    created     REAL NOT NULL,
+    expires     REAL NOT NULL,
+    state       TEXT NOT NULL DEFAULT 'live',
+    ended       REAL
+);
+CREATE INDEX pins_state ON pins(state, path);
+CREATE TABLE touches (path TEXT PRIMARY KEY, ts REAL NOT NULL);
+CREATE TABLE samples (device INTEGER NOT NULL, ts REAL NOT NULL, free INTEGER NOT NULL,
+                      total INTEGER NOT NULL);
+CREATE INDEX samples_device_ts ON samples(device, ts);
+CREATE TABLE volumes (device INTEGER PRIMARY KEY, mount TEXT NOT NULL, level TEXT NOT NULL,
+    reason TEXT, fill_rate REAL, eta_floor REAL, eta_full REAL, confidence REAL,
+    updated REAL NOT NULL);
+CREATE TABLE log (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts          REAL NOT NULL,
+    event       TEXT NOT NULL,
+    tree        TEXT,
+    device      INTEGER,
+    reservation TEXT,
+    bytes       INTEGER,
+    path        TEXT,
+    detail      TEXT
+);
+CREATE INDEX log_ts ON log(ts);
+PRAGMA user_version = 1;
+"""
+
+ID_RE = re.compile(r"^r-[0-9a-f]{16}$")
+
+
+@pytest.fixture
+def cache_janitor(
+    write_policy: Callable[..., Path], tmp_path: Path
+) -> Iterator[Callable[[], Janitor]]:
+    """``Janitor``s on a policy with one cache tree ``t`` (the volume's real free space and a
+    floor of 4 MiB; these tests reserve a few bytes)."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    write_policy({"t": tree})
+    made: list[Janitor] = []
+
+    def make() -> Janitor:
+        jan = Janitor.from_settings()
+        made.append(jan)
+        return jan
+
+    yield make
+    for jan in made:
+        jan.ledger.close()
+
+
+def _schema_sql(path: Path) -> dict[str, str]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT name, sql FROM sqlite_master").fetchall()
+    return {name: sql or "" for name, sql in rows}
+
+
+def test_a_new_ledger_has_small_pages_and_the_current_schema(
+    cache_janitor: Callable[[], Janitor], janitor_env: JanitorEnv
+) -> None:
+    jan = cache_janitor()
+    jan.reserve("t", 1).release()
+    with sqlite3.connect(janitor_env.ledger) as conn:
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    sql = _schema_sql(janitor_env.ledger)
+    assert "WITHOUT ROWID" in sql["reservations"]
+    assert "WHERE state = 'live'" in sql["reservations_live"]
+    assert "AUTOINCREMENT" not in sql["log"]
+    assert "log_ts" not in sql and "reservations_state" not in sql
+
+
+def test_schema_1_is_upgraded_in_place_and_keeps_every_row(
+    cache_janitor: Callable[[], Janitor], janitor_env: JanitorEnv
+) -> None:
+    janitor_env.state_dir.mkdir(parents=True)
+    now = time.time()
+    me = os.getpid()
+    from janitor.owner import process_start
+
+    start = process_start(me)
+    with sqlite3.connect(janitor_env.ledger) as conn:
+        conn.executescript(_V1)
+        rows = [
+            # (id, bytes, state): one still live (this process owns it), two ended.
+            ("r-00000000000000aa", 3 << 20, "live"),
+            ("r-00000000000000bb", 5 << 20, "released"),
+            ("r-00000000000000cc", 7 << 20, "expired"),
+        ]
+        for rid, nbytes, state in rows:
+            conn.execute(
+                "INSERT INTO reservations (id, tree, device, volume, bytes, owner_pid, "
+                "owner_start, created, expires, state) VALUES (?, 't', ?, '/', ?, ?, ?, ?, ?, ?)",
+                (rid, os.stat(janitor_env.root).st_dev, nbytes, me, start, now, now + 600, state),
+            )
+        for i in range(5):
+            conn.execute("INSERT INTO log (ts, event) VALUES (?, 'grant')", (now - 50 + i,))
+        conn.execute("DELETE FROM log WHERE id = 5")  # AUTOINCREMENT remembers 5 was used
+    jan = cache_janitor()
+    live = jan.reservations()
+    assert [(r.id, r.bytes) for r in live] == [("r-00000000000000aa", 3 << 20)]
+    with sqlite3.connect(janitor_env.ledger) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("SELECT id, state FROM reservations ORDER BY id").fetchall() == [
+            (rid, state) for rid, _, state in rows
+        ]
+        assert [r[0] for r in conn.execute("SELECT id FROM log ORDER BY id")] == [1, 2, 3, 4]
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    sql = _schema_sql(janitor_env.ledger)
+    assert "WITHOUT ROWID" in sql["reservations"] and "AUTOINCREMENT" not in sql["log"]
+    assert not {"reservations_v1", "log_v1", "log_ts", "reservations_state"} & set(sql)
+    # The reservation made before the upgrade is still the same one: it can be released.
+    jan.release("r-00000000000000aa")
+    assert jan.reservations() == []
+    new_ids = [e.id for e in jan.ledger.entries()]
+    assert new_ids[:4] == [1, 2, 3, 4] and new_ids[4:] and min(new_ids[4:]) > 4
+
+
+def test_a_ledger_from_a_newer_version_is_refused_untouched(
+    cache_janitor: Callable[[], Janitor], janitor_env: JanitorEnv
+) -> None:
+    janitor_env.state_dir.mkdir(parents=True)
+    with sqlite3.connect(janitor_env.ledger) as conn:
+        conn.execute("CREATE TABLE future (x)")
+        conn.execute("PRAGMA user_version = 99")
+    before = janitor_env.ledger.read_bytes()
+    with pytest.raises(LedgerError, match="newer space-janitor"):
+        cache_janitor().reserve("t", 1)
+    assert janitor_env.ledger.read_bytes() == before
+
+
+def test_ids_rise_with_time_and_keep_their_format(cache_janitor: Callable[[], Janitor]) -> None:
+    jan = cache_janitor()
+    ids = []
+    for _ in range(20):
+        with jan.reserve("t", 1) as r:
+            ids.append(r.id)
+        time.sleep(0.002)
+    assert all(ID_RE.match(i) for i in ids)
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert abs(int(ids[-1][2:13], 16) / 1000 - time.time()) < 60  # the first 11 digits: ms
+
+
+def test_two_grants_that_draw_the_same_id_both_succeed(
+    cache_janitor: Callable[[], Janitor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same millisecond and the same 20 random bits: the second grant draws again."""
+    draws = iter([7, 7, 7, 8])
+    monkeypatch.setattr(secrets, "randbits", lambda _bits: next(draws))
+    monkeypatch.setattr(time, "time", lambda: 1_800_000_000.0)
+    jan = cache_janitor()
+    a = jan.reserve("t", 1, ttl=10**9)
+    b = jan.reserve("t", 1, ttl=10**9)
+    assert a.id == "r-1a3185c500000007"
+    assert b.id == "r-1a3185c500000008"
+    assert {r.id for r in jan.reservations()} == {a.id, b.id}
+
+
+def _append_log(ledger: Ledger, times: list[float]) -> None:
+    with ledger.write() as conn:
+        for ts in times:
+            Ledger.log(conn, "grant", ts=ts)
+
+
+@pytest.mark.parametrize("gap", [False, True])
+def test_log_since_finds_the_first_line_at_that_time(tmp_path: Path, gap: bool) -> None:
+    ledger = Ledger(tmp_path / "l.sqlite3")
+    times = [1000.0 + i // 3 for i in range(60)]  # three lines a second, ties included
+    _append_log(ledger, times)
+    if gap:  # holes in the ids, as pruning and deletes leave them
+        with ledger.write() as conn:
+            conn.execute("DELETE FROM log WHERE id % 4 = 0 OR id BETWEEN 20 AND 35")
+    kept = [e.ts for e in ledger.entries()]
+    for since in [0.0, 999.5, 1000.0, 1003.0, 1006.5, 1011.0, 1019.0, 1020.0, 5000.0]:
+        assert [e.ts for e in ledger.entries(since=since)] == [t for t in kept if t >= since]
+    assert [e.ts for e in ledger.entries(since=1010.0, limit=2)] == [
+        t for t in kept if t >= 1010.0
+    ][-2:]
+    empty = Ledger(tmp_path / "empty.sqlite3")
+    assert empty.entries(since=0.0) == []
+    ledger.close()
+    empty.close()
+
+
+def test_prune_drops_what_is_past_its_time_in_batches_and_keeps_the_newest_line(
+    tmp_path: Path,
+) -> None:
+    ledger = Ledger(tmp_path / "l.sqlite3")
+    now = time.time()
+    old = now - 40 * 86400
+    _append_log(ledger, [old + i for i in range(25)])
+    with ledger.write() as conn:
+        for i, (state, ended) in enumerate(
+            [("released", old), ("expired", old), ("released", now), ("live", None)]
+        ):
+            conn.execute(
+                "INSERT INTO reservations (id, tree, device, volume, bytes, owner_pid, created, "
+                "expires, state, ended) VALUES (?, 't', 1, '/', 1, 1, ?, ?, ?, ?)",
+                (f"r-{i:016x}", old, old + 1, state, ended),
+            )
+        conn.execute("INSERT INTO samples VALUES (1, ?, 1, 1), (1, ?, 1, 1)", (old, now))
+    # Every log line is old: all go but the newest, 10 a call.
+    rounds = 0
+    while ledger.call(lambda conn: ledger.prune(conn, batch=10)):
+        rounds += 1
+    assert rounds == 2
+    assert [e.ts for e in ledger.entries()] == [old + 24]
+    with ledger.read() as conn:
+        assert conn.execute("SELECT id FROM reservations ORDER BY id").fetchall() == [
+            ("r-0000000000000002",),
+            ("r-0000000000000003",),
+        ]
+        assert conn.execute("SELECT ts FROM samples").fetchall() == [(now,)]
+    # New lines after the prune still get ids above every id handed out before.
+    _append_log(ledger, [now, now])
+    ids = [e.id for e in ledger.entries()]
+    assert ids == sorted(ids) and ids[0] == 25 and len(ids) == 3
+    _append_log(ledger, [now - 100])  # recent lines stay, the old one goes now
+    assert ledger.call(lambda conn: ledger.prune(conn, batch=10)) is False
+    assert [e.ts for e in ledger.entries()] == [now, now, now - 100]
+    ledger.close()
