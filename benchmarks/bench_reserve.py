@@ -279,11 +279,24 @@ def _children_cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def _cli_env() -> dict[str, str]:
+    """The environment of the timed commands: this one, with bytecode caching allowed.
+
+    An installed wheel is byte-compiled by pip; an editable install under
+    PYTHONDONTWRITEBYTECODE (set on some dev machines and CI images) would compile every
+    module of janitor on every run, ~50 ms that no user pays. The untimed first round writes
+    the cache.
+    """
+    env = os.environ.copy()
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def _run(cmd: list[str]) -> tuple[tuple[float, float], subprocess.CompletedProcess[str]]:
     """(wall, cpu) seconds of one run of ``cmd``, and its result; exits if it failed."""
     c0 = _children_cpu()
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_cli_env())
     elapsed = time.perf_counter() - t0, _children_cpu() - c0
     if proc.returncode != 0:
         raise SystemExit(f"bench: {' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr.strip()}")
@@ -350,19 +363,6 @@ def machine_facts() -> dict[str, Any]:
         facts["usable_cpus"] = len(os.sched_getaffinity(0))
     if hasattr(os, "getloadavg"):
         facts["loadavg_1m_at_start"] = round(os.getloadavg()[0], 2)
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("janitor")
-        origin = Path(spec.origin) if spec and spec.origin else None
-    except ImportError:
-        origin = None
-    facts["janitor_compiled_each_run"] = bool(
-        os.environ.get("PYTHONDONTWRITEBYTECODE")
-        and origin is not None
-        and not (origin.parent / "__pycache__").is_dir()
-        and not sys.pycache_prefix
-    )
     return facts
 
 
@@ -503,11 +503,6 @@ def print_table(rep: Report) -> None:
             f"load average reached {load} on {m['nproc']} CPUs around this run (start "
             f"{m.get('loadavg_1m_at_start')}, end {m.get('loadavg_1m_at_end')}): other work "
             "shared the machine, so latencies and CLI times are inflated; rerun on a quiet machine"
-        )
-    if m.get("janitor_compiled_each_run"):
-        notes.append(
-            "PYTHONDONTWRITEBYTECODE is set and janitor/ has no __pycache__ (editable install): "
-            "each CLI run compiles janitor's sources (~15-20 ms more than a wheel install)"
         )
     for note in notes:
         console.print(f"[yellow]note[/]: {note}")

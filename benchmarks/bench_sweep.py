@@ -55,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -578,7 +578,7 @@ def bench_planner(n: int, per_dir: int, repeat: int, profile: bool) -> list[Row]
     p_media: list[Sample] = []
     chosen = 0
     kept: dict[str, int] = {}
-    units: tuple[Unit, ...] = ()
+    units: Sequence[Unit] = ()
     for _ in range(repeat):
         units_plain, sample = timed(lambda: group_units(snap, plain))
         g_plain.append(sample)
@@ -594,7 +594,7 @@ def bench_planner(n: int, per_dir: int, repeat: int, profile: bool) -> list[Row]
         kept = dict(plan.trees[0].kept)
         del plan
     both = [(g[0] + p[0], g[1] + p[1]) for g, p in zip(g_media, p_media, strict=True)]
-    del units
+    units = ()  # let the table go before the next layout is built
     # A real media cache: each .wav with its .wav.lock, two files to a unit.
     snap2, _, media2, prot2, now2 = planner_inputs(n, per_dir, locks=True)
     pairs: list[Sample] = []

@@ -6,10 +6,12 @@ on stderr, nothing changed); 75 refused or stopped for lack of space (EX_TEMPFAI
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -641,3 +643,60 @@ def test_version_help_and_usage_errors(run_cli_many: Any) -> None:
     assert "reserve" in _ok(help_).stdout
     assert unknown.returncode == 2
     assert "Traceback" not in unknown.stderr
+
+
+# -- the cyclic GC: off for the quick commands, back on for the lasting ones -----------------------
+
+_GC_PROBE = """
+import atexit, gc, sys
+import janitor.cli
+atexit.register(lambda: print("gc-enabled:", gc.isenabled(), file=sys.stderr))
+sys.argv = ["janitor", *sys.argv[1:]]
+janitor.cli.main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "enabled"),
+    [
+        (["check", "t", "1M"], False),
+        (["status"], False),
+        (["exec", "t", "1M", "--", "true"], True),
+        (["sweep", "--dry-run"], True),
+    ],
+)
+def test_the_cyclic_gc_runs_again_only_for_commands_that_last(
+    write_policy: Callable[..., Path], tmp_path: Path, args: list[str], enabled: bool
+) -> None:
+    """Quick commands leave it off (and exit without a last collection over every object);
+    the daemon's kind (exec, sweep, status --watch, daemon, emergency) turns it back on."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    write_policy({"t": tree})
+    done = subprocess.run(
+        [sys.executable, "-c", _GC_PROBE, *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"gc-enabled: {enabled}" in done.stderr.splitlines()
+
+
+def test_in_process_main_leaves_the_callers_gc_as_it_was(
+    write_policy: Callable[..., Path], tmp_path: Path
+) -> None:
+    from janitor.cli import main
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    write_policy({"t": tree})
+    assert gc.isenabled()
+    with pytest.raises(SystemExit) as done:
+        main(["check", "t", "1M"])
+    assert done.value.code in (0, None)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with pytest.raises(SystemExit):
+            main(["check", "t", "1M"])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
