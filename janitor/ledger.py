@@ -138,6 +138,9 @@ DROP TABLE log_v1;
 DELETE FROM sqlite_sequence WHERE name IN ('log', 'log_v1')
 """
 
+#: json.dumps(..., sort_keys=True) without building an encoder for every log line.
+_encode = json.JSONEncoder(sort_keys=True).encode
+
 # SQLite primary result codes (the low byte of an extended code).
 _SQLITE_CORRUPT = 11
 _SQLITE_FULL = 13
@@ -438,7 +441,7 @@ class Ledger:
                 None
                 if path is None
                 else path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"),
-                json.dumps(detail, sort_keys=True) if detail else None,
+                _encode(detail) if detail else None,
             ),
         )
 

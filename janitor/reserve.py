@@ -74,12 +74,30 @@ class ReservationInfo:
     @classmethod
     def from_row(cls, row: tuple[Any, ...], *, measure: bool = True) -> ReservationInfo:
         """A value from a ``SELECT {_COLUMNS}`` row, with its outstanding bytes measured."""
-        info = cls(*row)
-        if isinstance(info.path, bytes):
-            info = replace(info, path=py_path(info.path))
-        if measure:
-            info = replace(info, outstanding=outstanding(info.bytes, info.path))
-        return info
+        # Built once, with the path decoded and the bytes measured first: a release builds
+        # one under the writer lock, and dataclasses.replace() costs as much as the build.
+        path = row[5]
+        if isinstance(path, bytes):
+            path = py_path(path)
+        left = outstanding(row[4], path) if measure else 0
+        rid, tree, device, volume, nbytes, _, job, pid, start, created, expires, state = row[:12]
+        return cls(
+            rid,
+            tree,
+            device,
+            volume,
+            nbytes,
+            path,
+            job,
+            pid,
+            start,
+            created,
+            expires,
+            state,
+            row[12],
+            row[13],
+            left,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of a reservation (README: "JSON shapes")."""

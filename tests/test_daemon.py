@@ -343,6 +343,46 @@ def test_reservations_of_dead_owners_are_reaped(tmp_path: Path) -> None:
                 owner.wait()
 
 
+def test_the_daemon_prunes_what_the_ledger_no_longer_needs(tmp_path: Path) -> None:
+    """Ended reservations and log lines past 30 days, samples past a day: gone after the first
+    reap; recent ones and live reservations stay."""
+    from janitor.ledger import Ledger
+
+    with daemon_setup(tmp_path) as setup:
+        setup.state_dir.mkdir(parents=True, exist_ok=True)
+        ledger = Ledger(setup.ledger)
+        now = time.time()
+        old = now - 40 * 86400
+        with ledger.write() as conn:
+            for i in range(12_000):  # more than one prune batch
+                Ledger.log(conn, "grant", ts=old + i)
+            Ledger.log(conn, "grant", ts=now - 60, recent=True)
+            for rid, state, ended in [("r-old", "released", old), ("r-new", "released", now)]:
+                conn.execute(
+                    "INSERT INTO reservations (id, tree, device, volume, bytes, owner_pid, "
+                    "created, expires, state, ended) VALUES (?, 'cache', 1, '/', 1, 1, ?, ?, ?, ?)",
+                    (rid, old, old + 1, state, ended),
+                )
+            conn.execute("INSERT INTO samples VALUES (1, ?, 1, 1)", (old,))
+        ledger.close()
+
+        def pruned() -> bool:
+            with sqlite3.connect(setup.ledger) as conn:
+                return conn.execute(
+                    "SELECT count(*) FROM log WHERE ts < ?", (now - 86400,)
+                ).fetchone() == (0,)
+
+        with running_daemon(setup):
+            eventually(pruned, what="old log lines pruned")
+        with sqlite3.connect(setup.ledger) as conn:
+            assert conn.execute("SELECT id FROM reservations").fetchall() == [("r-new",)]
+            assert conn.execute(
+                "SELECT count(*) FROM samples WHERE ts < ?", (now - 86400,)
+            ).fetchone() == (0,)
+            recent = conn.execute("SELECT detail FROM log WHERE ts = ?", (now - 60,)).fetchall()
+            assert recent == [('{"recent": true}',)]
+
+
 # -- lifecycle ------------------------------------------------------------------------------------
 
 
