@@ -882,8 +882,12 @@ def main(argv: list[str] | None = None) -> None:
             _G.ledgers.pop().close()
         if argv is None:  # the console script: the process ends now
             gc.freeze()
-        elif was_enabled:  # called in-process (tests): leave the caller's GC as it was
-            gc.enable()
+        else:  # called in-process (tests): leave the caller's GC as it was
+            gc.unfreeze()  # what a lasting command froze
+            if was_enabled:
+                gc.enable()
+            else:
+                gc.disable()
 
 
 if __name__ == "__main__":

@@ -256,6 +256,9 @@ class Daemon:
             self._dirty_thread.join(timeout=1.0)
         if self._offload is not None:
             self._offload.close()
+        jan = getattr(self, "janitor", None)
+        if jan is not None:
+            jan.ledger.close()  # this thread's connection: the last one folds the WAL back
         for sock in self._sockets:
             try:
                 sock.close()

@@ -50,15 +50,12 @@ _CHECKPOINT_BYTES = 8 * 1024 * 1024
 #: What the WAL file is cut back to when it restarts.
 _WAL_KEEP_BYTES = 1024 * 1024
 
-#: A new ledger's page size. Every write transaction copies each page it touches into the WAL,
-#: and a writer that follows another one re-reads the pages it needs: small pages keep a
-#: reserve or a release at about four 1 KiB frames. (A ledger made with other pages keeps them.)
-_PAGE_SIZE = 1024
-
-# Shaped for the writes that queue behind the writer lock (a reserve, a release): reservations
-# are kept in id order, and ids start with their creation time, so a grant and its release
-# touch the table's last page; only live rows are indexed; the log is appended in rowid order
-# with no other index (its ids rise with its times, see Ledger._first_id_at).
+# Shaped for the writes that queue behind the writer lock (a reserve, a release), since each
+# page such a write touches is re-read after another process wrote and copied into the WAL on
+# COMMIT: reservations are kept in id order, and ids start with their creation time, so a grant
+# and its release touch the table's last page; only live rows are indexed; the log is appended
+# in rowid order with no other index (its ids rise with its times, see Ledger._first_id_at).
+# Pages stay 4 KiB: smaller ones would push a reservation with a long path into overflow pages.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS reservations (
     id          TEXT PRIMARY KEY,
@@ -124,15 +121,30 @@ CREATE TABLE IF NOT EXISTS log (
 );
 """
 
-#: Schema 1 -> 2: the same columns and rows; the tables are rebuilt in their new shape.
+#: How long ended reservations and pins and log lines are kept (Ledger.prune).
+KEEP_S = 30 * 86400
+
+#: Log lines are appended in commit order but stamped when their event happened (a batch of
+#: deletions is written together; a writer stamps before it queues), so times may run a little
+#: out of id order. A search by time starts this much earlier and filters on the time itself.
+_LOG_SKEW_S = 3600.0
+
+#: Schema 1 -> 2: the tables are rebuilt in their new shape with the rows a prune would keep
+#: (schema 1 never pruned, so an old ledger may hold years of log). A log line marks the
+#: upgrade, with an id above every id schema 1 handed out, so log ids keep rising.
 _MIGRATE_1 = """
 DROP INDEX IF EXISTS reservations_state;
 DROP INDEX IF EXISTS log_ts;
 ALTER TABLE reservations RENAME TO reservations_v1;
 ALTER TABLE log RENAME TO log_v1;
 {schema};
-INSERT INTO reservations SELECT * FROM reservations_v1;
-INSERT INTO log SELECT * FROM log_v1;
+INSERT INTO reservations SELECT * FROM reservations_v1
+    WHERE state = 'live' OR ended IS NULL OR ended >= :cutoff;
+INSERT INTO log SELECT * FROM log_v1 WHERE ts >= :cutoff;
+INSERT INTO log (id, ts, event, detail) VALUES (
+    max((SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'log_v1'),
+        (SELECT coalesce(max(id), 0) FROM log_v1)) + 1,
+    :now, 'upgrade', '{{"from": 1, "to": 2}}');
 DROP TABLE reservations_v1;
 DROP TABLE log_v1;
 DELETE FROM sqlite_sequence WHERE name IN ('log', 'log_v1')
@@ -192,7 +204,8 @@ class Ledger:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and self._pid == os.getpid():
             return conn
-        self._pid = os.getpid()
+        # A parent's connection is never used again here, even if opening ours fails.
+        self._local.conn = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         except FileExistsError:
@@ -222,7 +235,6 @@ class Ledger:
             # A ledger of a newer space-janitor is refused before anything is changed in it.
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             self._refuse_newer(version)
-            conn.execute(f"PRAGMA page_size = {_PAGE_SIZE}")  # only a new, empty file takes it
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 conn.execute("PRAGMA journal_mode = DELETE")
@@ -247,26 +259,42 @@ class Ledger:
                 ) from None
             raise
         self._local.conn = conn
+        self._pid = os.getpid()
         return conn
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        """Create the tables of a new ledger, or upgrade an older one, in one transaction."""
-        self._begin(conn)
+        """Create the tables of a new ledger, or upgrade an older one, in one transaction.
+
+        It queues for the writer lock like any writer, so the writers that come meanwhile
+        wait their turn behind it rather than in SQLite's busy loop.
+        """
+        self._writer.acquire()
         try:
-            # Read under the write lock: another process may have just created or migrated it.
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            self._refuse_newer(version)
-            if version < SCHEMA_VERSION:
-                script = _MIGRATE_1.format(schema=_SCHEMA) if version == 1 else _SCHEMA
-                # One statement at a time: executescript() would commit our transaction first.
-                for statement in script.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+            self._begin(conn)
+            try:
+                # Read under the write lock: another process may have just made or upgraded it.
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                self._refuse_newer(version)
+                if version < SCHEMA_VERSION:
+                    script = _MIGRATE_1.format(schema=_SCHEMA) if version == 1 else _SCHEMA
+                    now = time.time()
+                    args = {"cutoff": now - KEEP_S, "now": now}
+                    # One statement at a time: executescript() would commit our transaction.
+                    for statement in script.split(";"):
+                        if statement.strip():
+                            conn.execute(statement, args if ":" in statement else ())
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        finally:
+            self._writer.release()
+        if version == 1:
+            try:  # fold the copied tables into the file now, not in some writer's turn
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            except sqlite3.Error:
+                pass
 
     def _refuse_newer(self, version: int) -> None:
         if version > SCHEMA_VERSION:
@@ -366,6 +394,7 @@ class Ledger:
                 check_same_thread=False,
             )
             self._local.conn = conn
+            self._pid = os.getpid()
         try:
             conn.execute("BEGIN")
         except sqlite3.Error as exc:
@@ -466,7 +495,7 @@ class Ledger:
         try:
             with self.read() as conn:
                 if since is not None:
-                    args[0] = self._first_id_at(conn, since)
+                    args[0] = self._first_id_at(conn, since - _LOG_SKEW_S)
                 rows = conn.execute(sql, args).fetchall()
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
@@ -479,9 +508,10 @@ class Ledger:
     def _first_id_at(conn: sqlite3.Connection, ts: float) -> int:
         """The id of the first log line written at ``ts`` or later (one past the last if none).
 
-        Lines are appended with rising ids and the wall clock's times, so a binary search on
-        the id finds where a time starts, without an index on ``ts`` that every write would
-        have to keep. Only a clock stepped back can misplace it, by the lines of that step.
+        Lines are appended with rising ids and, give or take ``_LOG_SKEW_S``, rising times, so
+        a binary search on the id finds where a time starts without an index on ``ts`` that
+        every write would have to keep. Callers search from a little earlier and filter on
+        ``ts``; only a clock stepped back further than that can hide lines.
         """
         bounds = "SELECT coalesce(min(id), 1), coalesce(max(id), 0) FROM log"
         lo, hi = conn.execute(bounds).fetchone()
@@ -496,9 +526,7 @@ class Ledger:
                 lo = row[0] + 1
         return int(lo)
 
-    def prune(
-        self, conn: sqlite3.Connection, *, keep_s: float = 30 * 86400, batch: int = 5000
-    ) -> bool:
+    def prune(self, conn: sqlite3.Connection, *, keep_s: float = KEEP_S, batch: int = 5000) -> bool:
         """Drop ended reservations and pins and log lines past ``keep_s``, samples past a day.
 
         At most ``batch`` rows of each table go per call, so the caller's transaction stays
@@ -516,7 +544,7 @@ class Ledger:
             )
             counts.append(cur.rowcount)
         first = conn.execute("SELECT coalesce(min(id), 0) FROM log").fetchone()[0]
-        bound = min(self._first_id_at(conn, cutoff), first + batch)
+        bound = min(self._first_id_at(conn, cutoff - _LOG_SKEW_S), first + batch)
         cur = conn.execute(
             "DELETE FROM log WHERE id < ? AND id < (SELECT max(id) FROM log)", (bound,)
         )

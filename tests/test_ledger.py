@@ -105,13 +105,12 @@ def _schema_sql(path: Path) -> dict[str, str]:
     return {name: sql or "" for name, sql in rows}
 
 
-def test_a_new_ledger_has_small_pages_and_the_current_schema(
+def test_a_new_ledger_has_the_current_schema(
     cache_janitor: Callable[[], Janitor], janitor_env: JanitorEnv
 ) -> None:
     jan = cache_janitor()
     jan.reserve("t", 1).release()
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
     sql = _schema_sql(janitor_env.ledger)
     assert "WITHOUT ROWID" in sql["reservations"]
@@ -120,11 +119,14 @@ def test_a_new_ledger_has_small_pages_and_the_current_schema(
     assert "log_ts" not in sql and "reservations_state" not in sql
 
 
-def test_schema_1_is_upgraded_in_place_and_keeps_every_row(
+def test_schema_1_is_upgraded_in_place_keeping_what_a_prune_would_keep(
     cache_janitor: Callable[[], Janitor], janitor_env: JanitorEnv
 ) -> None:
+    """Live and recently ended reservations and recent log lines come across unchanged; what is
+    past 30 days does not; an ``upgrade`` log line gets an id above every id schema 1 used."""
     janitor_env.state_dir.mkdir(parents=True)
     now = time.time()
+    old = now - 40 * 86400
     me = os.getpid()
     from janitor.owner import process_start
 
@@ -132,19 +134,21 @@ def test_schema_1_is_upgraded_in_place_and_keeps_every_row(
     with sqlite3.connect(janitor_env.ledger) as conn:
         conn.executescript(_V1)
         rows = [
-            # (id, bytes, state): one still live (this process owns it), two ended.
-            ("r-00000000000000aa", 3 << 20, "live"),
-            ("r-00000000000000bb", 5 << 20, "released"),
-            ("r-00000000000000cc", 7 << 20, "expired"),
+            # (id, bytes, state, ended): one still live (this process owns it), two ended.
+            ("r-00000000000000aa", 3 << 20, "live", None),
+            ("r-00000000000000bb", 5 << 20, "released", now - 60),
+            ("r-00000000000000cc", 7 << 20, "expired", old),
         ]
-        for rid, nbytes, state in rows:
+        for rid, nbytes, state, ended in rows:
             conn.execute(
                 "INSERT INTO reservations (id, tree, device, volume, bytes, owner_pid, "
-                "owner_start, created, expires, state) VALUES (?, 't', ?, '/', ?, ?, ?, ?, ?, ?)",
-                (rid, os.stat(janitor_env.root).st_dev, nbytes, me, start, now, now + 600, state),
-            )
-        for i in range(5):
-            conn.execute("INSERT INTO log (ts, event) VALUES (?, 'grant')", (now - 50 + i,))
+                "owner_start, created, expires, state, ended) "
+                "VALUES (?, 't', ?, '/', ?, ?, ?, ?, ?, ?, ?)",
+                (rid, os.stat(janitor_env.root).st_dev, nbytes, me, start, old, now + 600, state,
+                 ended),
+            )  # fmt: skip
+        for ts in [old, old + 1, now - 3, now - 2, now - 1]:
+            conn.execute("INSERT INTO log (ts, event) VALUES (?, 'grant')", (ts,))
         conn.execute("DELETE FROM log WHERE id = 5")  # AUTOINCREMENT remembers 5 was used
     jan = cache_janitor()
     live = jan.reservations()
@@ -152,9 +156,14 @@ def test_schema_1_is_upgraded_in_place_and_keeps_every_row(
     with sqlite3.connect(janitor_env.ledger) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
         assert conn.execute("SELECT id, state FROM reservations ORDER BY id").fetchall() == [
-            (rid, state) for rid, _, state in rows
+            ("r-00000000000000aa", "live"),
+            ("r-00000000000000bb", "released"),
         ]
-        assert [r[0] for r in conn.execute("SELECT id FROM log ORDER BY id")] == [1, 2, 3, 4]
+        assert conn.execute("SELECT id, event FROM log ORDER BY id").fetchall() == [
+            (3, "grant"),
+            (4, "grant"),
+            (6, "upgrade"),
+        ]
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     sql = _schema_sql(janitor_env.ledger)
     assert "WITHOUT ROWID" in sql["reservations"] and "AUTOINCREMENT" not in sql["log"]
@@ -162,8 +171,8 @@ def test_schema_1_is_upgraded_in_place_and_keeps_every_row(
     # The reservation made before the upgrade is still the same one: it can be released.
     jan.release("r-00000000000000aa")
     assert jan.reservations() == []
-    new_ids = [e.id for e in jan.ledger.entries()]
-    assert new_ids[:4] == [1, 2, 3, 4] and new_ids[4:] and min(new_ids[4:]) > 4
+    ids = [e.id for e in jan.ledger.entries()]
+    assert ids[:3] == [3, 4, 6] and ids[3:] and min(ids[3:]) > 6
 
 
 def test_a_ledger_from_a_newer_version_is_refused_untouched(
@@ -230,6 +239,17 @@ def test_log_since_finds_the_first_line_at_that_time(tmp_path: Path, gap: bool) 
     assert empty.entries(since=0.0) == []
     ledger.close()
     empty.close()
+
+
+def test_log_since_keeps_lines_stamped_a_little_out_of_order(tmp_path: Path) -> None:
+    """Deletions are logged in batches and writers stamp before they queue: a line may carry
+    an earlier time than the line before it; `since` still finds every line at or after it."""
+    ledger = Ledger(tmp_path / "l.sqlite3")
+    base = time.time() - 600
+    _append_log(ledger, [base + t for t in (10, 40, 20, 30, 50)])
+    assert [e.id for e in ledger.entries(since=base + 35)] == [2, 5]
+    assert [e.id for e in ledger.entries(since=base + 15)] == [2, 3, 4, 5]
+    ledger.close()
 
 
 def test_prune_drops_what_is_past_its_time_in_batches_and_keeps_the_newest_line(
