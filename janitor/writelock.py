@@ -26,6 +26,13 @@ a helper thread blocked in the lock call costs two wake-ups and several context 
 dearest thing on a machine with fewer cores than writers. Where no doorbell can be bound, and
 for the ``flock``, a wait that may block runs in a helper thread, so it can time out with a
 clear error.
+
+A writer that gets the lock also rings its successor once, "ready": the next writer wakes while
+the holder works and polls the slot (yielding the CPU between tries) for up to ``_SPIN_S``
+before it sleeps again. Waking a sleeping process costs more than the turn itself on a virtual
+machine whose idle vCPU has halted (measured 110-220 us per hand-off, the lock idle 40 % of the
+time with 8 writers on 2 vCPUs); a successor already awake takes the lock the moment it is let
+go. Only the one next in line polls, for about one turn.
 """
 
 from __future__ import annotations
@@ -57,6 +64,10 @@ _SLOT_SPAN = 1 << 40
 #: How often a waiter looks at its predecessor's slot with no doorbell rung (it died, or its
 #: doorbell could not reach us): the most a lost doorbell delays the queue.
 _RECHECK_S = 0.05
+#: How long a writer told it is next polls its predecessor's slot before it sleeps again.
+_SPIN_S = 0.002
+#: Doorbell messages: the predecessor got the lock (get ready), or left it (go).
+_READY, _GO = b"r", b"!"
 
 
 def _range_lock(fd: int, kind: int, start: int, *, wait: bool) -> None:
@@ -219,19 +230,18 @@ class WriterLock:
             self._queue(fd, deadline)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
         except BlockingIOError:
-            pass
-        if not self._wait(
-            lambda: fcntl.flock(fd, fcntl.LOCK_EX),
-            lambda: fcntl.flock(fd, fcntl.LOCK_UN),
-            deadline,
-        ):
-            self._leave_queue(fd)
-            raise LedgerError(
-                f"the ledger's lock {self.path} stayed held for {self.timeout:g}s; another "
-                "process holds it (raise lock_timeout_s or find the stuck process)"
-            )
+            if not self._wait(
+                lambda: fcntl.flock(fd, fcntl.LOCK_EX),
+                lambda: fcntl.flock(fd, fcntl.LOCK_UN),
+                deadline,
+            ):
+                self._leave_queue(fd)
+                raise LedgerError(
+                    f"the ledger's lock {self.path} stayed held for {self.timeout:g}s; another "
+                    "process holds it (raise lock_timeout_s or find the stuck process)"
+                ) from None
+        self._ring_successor(_READY)
 
     def release(self) -> None:
         """Let the next writer in."""
@@ -311,9 +321,15 @@ class WriterLock:
                 return False
             bell.settimeout(min(left, _RECHECK_S))
             try:
-                bell.recv(16)
+                rung = bell.recv(16)
             except TimeoutError:
-                pass
+                continue
+            if rung == _READY:  # next in line: stay awake for about one turn
+                end = time.monotonic() + _SPIN_S
+                while time.monotonic() < end:
+                    if _try_lock(fd, before):
+                        return True
+                    os.sched_yield()
         return True
 
     def _leave_queue(self, fd: int) -> None:
@@ -321,8 +337,20 @@ class WriterLock:
         if slot is None:
             return
         _range_lock(fd, fcntl.F_UNLCK, slot, wait=False)
-        # Ring the successor's doorbell, after the unlock it announces. Nobody listening
-        # (no successor yet, or one that found the slot free on its own) is the usual reply.
+        # Ring the successor's doorbell, after the unlock it announces.
+        self._ring(slot, _GO)
+
+    def _ring_successor(self, message: bytes) -> None:
+        slot = self._local.slot
+        if slot is not None:
+            self._ring(slot, message)
+
+    def _ring(self, slot: int, message: bytes) -> None:
+        """Send ``message`` to the doorbell of the writer after the one in ``slot``.
+
+        Nobody listening (no successor yet, or one that found the slot free on its own) is the
+        usual reply.
+        """
         local = self._local
         try:
             if local.ringer is None:
@@ -330,7 +358,7 @@ class WriterLock:
                     socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC
                 )
                 local.ringer.setblocking(False)
-            local.ringer.sendto(b"!", local.bells + b"%x" % ((slot - _SLOTS + 1) % _SLOT_SPAN))
+            local.ringer.sendto(message, local.bells + b"%x" % ((slot - _SLOTS + 1) % _SLOT_SPAN))
         except OSError:
             pass  # refused, not found, queue full ...: the successor re-checks on its own
 

@@ -205,3 +205,86 @@ def test_a_doorbell_name_taken_by_a_stranger_falls_back_to_blocking(tmp_path: Pa
     after = _child(path, out, "after")
     assert after.wait(30) == 0
     assert out.read_text().split() == ["holder", "after"]
+
+
+@needs_queue
+def test_the_holder_tells_its_successor_to_get_ready_then_to_go(tmp_path: Path) -> None:
+    """On taking the lock a writer rings the next ticket's doorbell "ready" (it stays awake
+    for about a turn), on leaving it rings "go"."""
+    import socket
+
+    from janitor.writelock import _GO, _READY
+
+    path = tmp_path / "ledger.lock"
+    path.touch()
+    st = path.stat()
+    ticket = _ticket(path)
+    successor = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    successor.bind(b"\0space-janitor/%x/%x/%x" % (st.st_dev, st.st_ino, ticket + 1))
+    successor.settimeout(5)
+    lock = WriterLock(path, timeout=30)
+    try:
+        lock.acquire()
+        assert successor.recv(16) == _READY
+        lock.release()
+        assert successor.recv(16) == _GO
+    finally:
+        lock.close()
+        successor.close()
+
+
+# A waiter that would sleep a minute between looks at its slot unless told to stay awake, and
+# stays awake for as long as the test needs when told.
+PATIENT_CHILD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    import janitor.writelock as w
+    w._RECHECK_S, w._SPIN_S = 60.0, 30.0
+    lock = w.WriterLock(Path(sys.argv[1]), timeout=120)
+    lock.acquire()
+    with open(sys.argv[2], "a") as out:
+        out.write("waiter\\n")
+    lock.release()
+    """
+)
+
+
+@needs_queue
+def test_a_successor_told_to_get_ready_takes_the_lock_without_the_go(tmp_path: Path) -> None:
+    """After "ready" the next writer polls its predecessor's slot: it gets in the moment the
+    slot is let go, with no "go" rung (here none is: the holder is this test, by hand)."""
+    import fcntl
+    import socket
+
+    from janitor.writelock import _READY, _SLOTS, _range_lock
+
+    path, out = tmp_path / "ledger.lock", tmp_path / "order"
+    path.touch()
+    st = path.stat()
+    fd = os.open(path, os.O_RDWR)  # ticket 0, held by hand
+    os.pwrite(fd, (1).to_bytes(8, "little"), _COUNTER)
+    _range_lock(fd, fcntl.F_WRLCK, _SLOTS, wait=True)
+    waiter = subprocess.Popen([sys.executable, "-c", PATIENT_CHILD, str(path), str(out)])
+    ringer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        _wait_for(lambda: _ticket(path) == 2)  # it took ticket 1
+
+        def rung() -> bool:
+            try:
+                ringer.sendto(_READY, b"\0space-janitor/%x/%x/1" % (st.st_dev, st.st_ino))
+            except OSError:
+                return False  # its doorbell is not bound yet
+            return True
+
+        _wait_for(rung)
+        time.sleep(0.2)  # it is polling now; let it see the slot held a while
+        _range_lock(fd, fcntl.F_UNLCK, _SLOTS, wait=False)  # leave, ringing nothing
+        assert waiter.wait(30) == 0  # without the polling it would sleep a minute
+        assert out.read_text().split() == ["waiter"]
+    finally:
+        ringer.close()
+        os.close(fd)
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
