@@ -363,7 +363,31 @@ def machine_facts() -> dict[str, Any]:
         facts["usable_cpus"] = len(os.sched_getaffinity(0))
     if hasattr(os, "getloadavg"):
         facts["loadavg_1m_at_start"] = round(os.getloadavg()[0], 2)
+    busy = _busy_share()
+    if busy is not None:
+        facts["cpu_busy_before"] = round(busy, 3)
     return facts
+
+
+def _busy_share(seconds: float = 1.0) -> float | None:
+    """The share of all CPUs busy during ``seconds`` before the run (Linux), else None.
+
+    Unlike the load average, which lags by a minute and so counts the run's own 8 workers
+    (and the previous run's), this sees only what else is running now.
+    """
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:]]
+        return sum(ticks), ticks[3] + ticks[4]  # all, idle + iowait
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(seconds)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
 
 
 def build_rows(rep: Report) -> None:
@@ -470,6 +494,7 @@ def print_table(rep: Report) -> None:
         f"machine: nproc={m['nproc']}"
         + (f" (usable {m['usable_cpus']})" if "usable_cpus" in m else "")
         + (f", load {m['loadavg_1m_at_start']}" if "loadavg_1m_at_start" in m else "")
+        + (f", CPUs busy before {m['cpu_busy_before']:.0%}" if "cpu_busy_before" in m else "")
         + f", {m['python']}, SQLite {m['sqlite']}, {m['platform']}"
     )
     runs = rep.results.get("cli", {}).get("python -c pass", {}).get("runs")
@@ -497,12 +522,13 @@ def print_table(rep: Report) -> None:
         table.add_row(row.measurement, row.value, row.baseline, row.ratio, row.target, verdict)
     console.print(table)
     notes = []
-    load = max(m.get("loadavg_1m_at_start", 0), m.get("loadavg_1m_at_end", 0))
-    if m.get("nproc") and load > 0.5 * m["nproc"]:
+    busy = m.get("cpu_busy_before")
+    if busy is None and m.get("nproc"):  # no /proc/stat: the load average, lagging as it does
+        busy = m.get("loadavg_1m_at_start", 0) / m["nproc"]
+    if busy is not None and busy > 0.25:
         notes.append(
-            f"load average reached {load} on {m['nproc']} CPUs around this run (start "
-            f"{m.get('loadavg_1m_at_start')}, end {m.get('loadavg_1m_at_end')}): other work "
-            "shared the machine, so latencies and CLI times are inflated; rerun on a quiet machine"
+            f"other work kept {busy:.0%} of the CPUs busy just before this run: latencies and "
+            "CLI times are inflated; rerun on a quiet machine"
         )
     for note in notes:
         console.print(f"[yellow]note[/]: {note}")
@@ -553,8 +579,6 @@ def main(argv: list[str] | None = None) -> int:
             rep.results["sched_floor"] = bench_scheduler_floor(args.procs, per_proc, op)
         if "cli" in parts:
             rep.results["cli"] = bench_cli(cli_runs)
-    if hasattr(os, "getloadavg"):
-        rep.machine["loadavg_1m_at_end"] = round(os.getloadavg()[0], 2)
     build_rows(rep)
     print_table(rep)
     if args.json:
