@@ -231,11 +231,16 @@ class WriterLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            if not self._wait(
-                lambda: fcntl.flock(fd, fcntl.LOCK_EX),
-                lambda: fcntl.flock(fd, fcntl.LOCK_UN),
-                deadline,
-            ):
+            try:
+                got = self._wait(
+                    lambda: fcntl.flock(fd, fcntl.LOCK_EX),
+                    lambda: fcntl.flock(fd, fcntl.LOCK_UN),
+                    deadline,
+                )
+            except BaseException:
+                self._leave_queue(fd)  # the flock call failed: give our turn to the next
+                raise
+            if not got:
                 self._leave_queue(fd)
                 raise LedgerError(
                     f"the ledger's lock {self.path} stayed held for {self.timeout:g}s; another "
@@ -325,7 +330,7 @@ class WriterLock:
             except TimeoutError:
                 continue
             if rung == _READY:  # next in line: stay awake for about one turn
-                end = time.monotonic() + _SPIN_S
+                end = min(time.monotonic() + _SPIN_S, deadline)
                 while time.monotonic() < end:
                     if _try_lock(fd, before):
                         return True

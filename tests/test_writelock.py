@@ -288,3 +288,34 @@ def test_a_successor_told_to_get_ready_takes_the_lock_without_the_go(tmp_path: P
         if waiter.poll() is None:
             waiter.kill()
             waiter.wait()
+
+
+@needs_queue
+def test_a_writer_that_times_out_rings_no_ready_and_lets_the_next_one_go(tmp_path: Path) -> None:
+    """Only a writer that got the lock tells its successor to get ready; one that gave up
+    says "go" (its turn passes on), never "ready"."""
+    import fcntl
+    import socket
+
+    from janitor.writelock import _GO
+
+    path = tmp_path / "ledger.lock"
+    path.touch()
+    st = path.stat()
+    squatter = os.open(path, os.O_RDWR)  # holds the flock outside the queue
+    fcntl.flock(squatter, fcntl.LOCK_EX)
+    successor = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    successor.bind(b"\0space-janitor/%x/%x/%x" % (st.st_dev, st.st_ino, _ticket(path) + 1))
+    successor.settimeout(5)
+    lock = WriterLock(path, timeout=0.2)
+    try:
+        with pytest.raises(LedgerError, match="stayed held"):
+            lock.acquire()
+        assert successor.recv(16) == _GO
+        successor.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            successor.recv(16)
+    finally:
+        lock.close()
+        successor.close()
+        os.close(squatter)
