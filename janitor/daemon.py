@@ -642,7 +642,7 @@ class Daemon:
         if self._pruned is None or time.monotonic() - self._pruned >= PRUNE_INTERVAL_S:
             # Ended reservations, old log lines and samples: a few thousand rows per
             # transaction, so reservations queued behind it wait milliseconds, not seconds.
-            while ledger.call(lambda conn: ledger.prune(conn)) and not self._stop.is_set():
+            while ledger.call(ledger.prune) and not self._stop.is_set():
                 pass
             self._pruned = time.monotonic()
 

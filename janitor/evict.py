@@ -23,8 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import accumulate, chain, pairwise
-from operator import eq
-from typing import Any, Literal, NamedTuple, get_args, overload
+from typing import Any, Literal, NamedTuple, get_args
 
 import numpy as np
 
@@ -33,7 +32,7 @@ from janitor.ledger import Ledger, py_path
 from janitor.policy import TreePolicy
 from janitor.scan import Entry, Snapshot, gc_paused
 from janitor.space import volume_stats
-from janitor.units import Floats, Ints, Unit, UnitTable, column, unit_key_for
+from janitor.units import Floats, Ints, LazySequence, Unit, UnitTable, column, unit_key_for
 
 __all__ = [
     "KEEP_REASONS",
@@ -115,7 +114,7 @@ class _Run:
         return map(self.item, range(len(self.positions)))
 
 
-class PlanItems(Sequence[PlanItem]):
+class PlanItems(LazySequence[PlanItem]):
     """A plan's items, in order; each PlanItem (and its Unit) is built when read.
 
     A plan over a million-file tree may choose half a million units: the planner decides with
@@ -140,17 +139,7 @@ class PlanItems(Sequence[PlanItem]):
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
 
-    @overload
-    def __getitem__(self, i: int) -> PlanItem: ...
-    @overload
-    def __getitem__(self, i: slice) -> tuple[PlanItem, ...]: ...
-    def __getitem__(self, i: int | slice) -> PlanItem | tuple[PlanItem, ...]:
-        if isinstance(i, slice):
-            return tuple(map(self.__getitem__, range(*i.indices(len(self)))))
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError("plan item index out of range")
+    def _item(self, i: int) -> PlanItem:
         k = bisect_right(self._ends, i)
         part = self._parts[k]
         j = i - (self._ends[k - 1] if k else 0)
@@ -159,12 +148,7 @@ class PlanItems(Sequence[PlanItem]):
     def __iter__(self) -> Iterator[PlanItem]:
         return chain.from_iterable(self._parts)
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str):
-            return len(self) == len(other) and all(map(eq, self, other))
-        return NotImplemented
-
-    def __hash__(self) -> int:
+    def __hash__(self) -> int:  # a Plan, frozen, stays hashable as it was with a tuple
         return hash(tuple(self))
 
     def __repr__(self) -> str:

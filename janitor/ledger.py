@@ -282,7 +282,7 @@ class Ledger:
                     # One statement at a time: executescript() would commit our transaction.
                     for statement in script.split(";"):
                         if statement.strip():
-                            conn.execute(statement, args if ":" in statement else ())
+                            conn.execute(statement, args)
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
             except BaseException:

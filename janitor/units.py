@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from functools import lru_cache, partial
 from itertools import chain, compress, repeat
 from operator import eq, itemgetter, lt, not_
-from typing import Any, Literal, NamedTuple, overload
+from typing import Any, Literal, NamedTuple, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +28,9 @@ import numpy.typing as npt
 from janitor.policy import TreePolicy
 from janitor.scan import Entry, Snapshot, gc_paused
 
-__all__ = ["Unit", "UnitTable", "column", "group_units", "unit_key_for"]
+__all__ = ["LazySequence", "Unit", "UnitTable", "column", "group_units", "unit_key_for"]
+
+_T = TypeVar("_T")
 
 
 class Unit(NamedTuple):
@@ -258,7 +260,40 @@ Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
 
 
-class UnitTable(Sequence[Unit]):
+class LazySequence(Sequence[_T]):
+    """A read-only sequence whose items are built by ``_item(i)`` only when read.
+
+    Equal to any sequence of the same items, a tuple or a list included; a slice is a tuple.
+    """
+
+    __slots__ = ()
+
+    def _item(self, i: int) -> _T:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, i: int) -> _T: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[_T, ...]: ...
+    def __getitem__(self, i: int | slice) -> _T | tuple[_T, ...]:
+        if isinstance(i, slice):
+            return tuple(map(self._item, range(*i.indices(len(self)))))
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"{type(self).__name__} index out of range")
+        return self._item(i)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(self) == len(other) and all(map(eq, self, other))
+        return NotImplemented
+
+    # Defining __eq__ leaves __hash__ None: unhashable, like a list, unless a subclass says.
+
+
+class UnitTable(LazySequence[Unit]):
     """A tree's units as columns: member files, sizes and last uses; a Unit is built when read.
 
     A tree may hold a million files. The planner judges units column by column (numpy), and
@@ -344,31 +379,13 @@ class UnitTable(Sequence[Unit]):
     def __len__(self) -> int:
         return len(self.size)
 
-    @overload
-    def __getitem__(self, i: int) -> Unit: ...
-    @overload
-    def __getitem__(self, i: slice) -> tuple[Unit, ...]: ...
-    def __getitem__(self, i: int | slice) -> Unit | tuple[Unit, ...]:
-        if isinstance(i, slice):
-            return tuple(map(self._unit, range(*i.indices(len(self)))))
-        n = len(self)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError("unit index out of range")
+    def _item(self, i: int) -> Unit:
         return self._unit(i)
 
     def __iter__(self) -> Iterator[Unit]:
         if self._units is not None:
             return iter(self._units)
         return map(self._unit, range(len(self)))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence) and not isinstance(other, str):
-            return len(self) == len(other) and all(map(eq, self, other))
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return f"<UnitTable of {len(self)} {self.kind} units under {self.root!r}>"

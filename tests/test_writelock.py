@@ -38,6 +38,12 @@ def _ticket(path: Path) -> int:
     return int.from_bytes(raw, "little") if len(raw) == 8 else 0
 
 
+def _bell(lock: Path, ticket: int) -> bytes:
+    """The abstract socket name of ``ticket``'s doorbell on this lock file."""
+    st = lock.stat()
+    return b"\0space-janitor/%x/%x/%x" % (st.st_dev, st.st_ino, ticket)
+
+
 def _child(lock: Path, out: Path, name: str, hold: float = 0.0) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-c", CHILD, str(lock), str(out), name, str(hold)],
@@ -188,10 +194,9 @@ def test_a_doorbell_name_taken_by_a_stranger_falls_back_to_blocking(tmp_path: Pa
     path, out = tmp_path / "ledger.lock", tmp_path / "order"
     holder = _child(path, out, "holder", hold=0.5)
     _wait_for(out.exists)
-    st = path.stat()
     stranger = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     # The name the next ticket's doorbell would take.
-    stranger.bind(b"\0space-janitor/%x/%x/%x" % (st.st_dev, st.st_ino, _ticket(path)))
+    stranger.bind(_bell(path, _ticket(path)))
     try:
         lock = WriterLock(path, timeout=30)
         helpers = _helper_threads()
@@ -217,10 +222,9 @@ def test_the_holder_tells_its_successor_to_get_ready_then_to_go(tmp_path: Path) 
 
     path = tmp_path / "ledger.lock"
     path.touch()
-    st = path.stat()
     ticket = _ticket(path)
     successor = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    successor.bind(b"\0space-janitor/%x/%x/%x" % (st.st_dev, st.st_ino, ticket + 1))
+    successor.bind(_bell(path, ticket + 1))
     successor.settimeout(5)
     lock = WriterLock(path, timeout=30)
     try:
@@ -261,7 +265,6 @@ def test_a_successor_told_to_get_ready_takes_the_lock_without_the_go(tmp_path: P
 
     path, out = tmp_path / "ledger.lock", tmp_path / "order"
     path.touch()
-    st = path.stat()
     fd = os.open(path, os.O_RDWR)  # ticket 0, held by hand
     os.pwrite(fd, (1).to_bytes(8, "little"), _COUNTER)
     _range_lock(fd, fcntl.F_WRLCK, _SLOTS, wait=True)
@@ -272,7 +275,7 @@ def test_a_successor_told_to_get_ready_takes_the_lock_without_the_go(tmp_path: P
 
         def rung() -> bool:
             try:
-                ringer.sendto(_READY, b"\0space-janitor/%x/%x/1" % (st.st_dev, st.st_ino))
+                ringer.sendto(_READY, _bell(path, 1))
             except OSError:
                 return False  # its doorbell is not bound yet
             return True
@@ -301,11 +304,10 @@ def test_a_writer_that_times_out_rings_no_ready_and_lets_the_next_one_go(tmp_pat
 
     path = tmp_path / "ledger.lock"
     path.touch()
-    st = path.stat()
     squatter = os.open(path, os.O_RDWR)  # holds the flock outside the queue
     fcntl.flock(squatter, fcntl.LOCK_EX)
     successor = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    successor.bind(b"\0space-janitor/%x/%x/%x" % (st.st_dev, st.st_ino, _ticket(path) + 1))
+    successor.bind(_bell(path, _ticket(path) + 1))
     successor.settimeout(5)
     lock = WriterLock(path, timeout=0.2)
     try:
