@@ -335,8 +335,9 @@ def create_app(daemon: Daemon, offload: Offload | None = None) -> FastAPI:
         """Volumes, trees and live reservations measured now, plus the daemon's forecasts."""
 
         def work() -> bytes:
-            st = daemon.janitor.status(with_usage=False).as_dict()
-            st["daemon"] = daemon.snapshot()
+            now = daemon.refresh()
+            st = now.as_dict()
+            st["daemon"] = daemon.snapshot(now)
             return _dumps(jsonable_encoder(st))
 
         return _json(await off.run(work))
@@ -357,9 +358,7 @@ def create_app(daemon: Daemon, offload: Offload | None = None) -> FastAPI:
         """Prometheus text exposition."""
         from prometheus_client import CONTENT_TYPE_LATEST
 
-        from janitor.metrics import render
-
-        text = await off.run(render, daemon.registry)
+        text = await off.run(daemon.metrics_text)
         return Response(text, media_type=CONTENT_TYPE_LATEST)
 
     @app.get(

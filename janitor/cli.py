@@ -160,6 +160,7 @@ def reserve(
     from janitor.sizes import format_duration, format_size
 
     jan = _janitor()
+    owner = _owner(owner_pid)
     try:
         r = jan.reserve(
             tree,
@@ -168,7 +169,7 @@ def reserve(
             job=job,
             ttl=ttl,
             wait=wait,
-            owner_pid=os.getppid() if owner_pid is None else owner_pid,
+            owner_pid=owner.pid,
             evict=not no_evict,
         )
     except ReservationRefused as exc:
@@ -182,9 +183,22 @@ def reserve(
         print(info.id)
     _say(
         f"reserved {format_size(info.bytes)} on {tree!r} ({info.volume}) for pid "
-        f"{info.owner_pid}, lapses in {format_duration(info.expires - info.created)}; "
-        f"`janitor release {info.id}` when done"
+        f"{info.owner_pid} ({owner.description}), lapses in "
+        f"{format_duration(info.expires - info.created)}; `janitor release {info.id}` when done"
     )
+    if owner.warning:
+        _say(f"warning: {owner.warning}")
+
+
+def _owner(owner_pid: int | None) -> Any:
+    """The owner of a reservation or pin made here: ``--owner-pid``, else the process that ran
+    janitor, past the shells and launchers that exit with it (janitor.owner.choose_owner)."""
+    from janitor.owner import Owner, choose_owner, process_info, process_start
+
+    if owner_pid is None:
+        return choose_owner()
+    proc = process_info(owner_pid)
+    return Owner(owner_pid, process_start(owner_pid), proc.describe() if proc else "?")
 
 
 @app.command()
@@ -495,12 +509,18 @@ def pin(
     as_json: JsonOpt = False,
 ) -> None:
     """Keep PATH from being evicted while the owner process lives; prints the pin id."""
-    p = _janitor().pin(path, owner_pid=os.getppid() if owner_pid is None else owner_pid, ttl=ttl)
+    owner = _owner(owner_pid)
+    p = _janitor().pin(path, owner_pid=owner.pid, ttl=ttl)
     if as_json:
         _print_json(p.info.as_dict())
     else:
         print(p.id)
-    _say(f"pinned {p.info.path} for pid {p.info.owner_pid}; `janitor unpin {p.id}` to end it")
+    _say(
+        f"pinned {p.info.path} for pid {p.info.owner_pid} ({owner.description}); "
+        f"`janitor unpin {p.id}` to end it"
+    )
+    if owner.warning:
+        _say(f"warning: {owner.warning}")
 
 
 @app.command()

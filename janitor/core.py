@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,16 +23,21 @@ from janitor.reserve import (
     Admission,
     Reservation,
     ReservationInfo,
+    RiskDecision,
     admit,
+    assess_risk,
+    cover_reservation,
     end_reservation,
     get_reservation,
     live_reservations,
+    measure,
     renew_reservation,
     resolve_path,
+    tree_on,
 )
 from janitor.settings import Settings
 from janitor.sizes import parse_duration, parse_size
-from janitor.space import device_of, volume_stats
+from janitor.space import device_of
 from janitor.status import Status, collect_status
 
 if TYPE_CHECKING:
@@ -196,34 +202,108 @@ class Janitor:
         return grown
 
     def get(self, reservation_id: str) -> ReservationInfo:
-        """One reservation in whatever state the ledger has it."""
+        """One reservation in whatever state the ledger has it.
+
+        ``at_risk`` is shown only while its volume is below the floor now: a mark the next
+        decision will clear no longer stops anyone (``check()`` reads it the same way).
+        """
         with self.ledger.read() as conn:
-            return get_reservation(conn, reservation_id)
+            info = get_reservation(conn, reservation_id)
+        if info.at_risk is not None and not self._below_floor(info):
+            info = replace(info, at_risk=None)
+        return info
+
+    def cover(self, reservation_id: str, pid: int) -> ReservationInfo:
+        """Keep a live reservation live while process ``pid`` runs too: the command that a
+        supervisor (``janitor exec``, the guarded ffmpeg) runs under it."""
+        start = process_start(pid)
+        if start is None:
+            raise ConfigError(f"pid {pid} is not a running process")
+        info: ReservationInfo = self.ledger.call(cover_reservation, reservation_id, pid, start)
+        return info
 
     def reservations(self) -> list[ReservationInfo]:
         """Every live reservation, oldest first, with outstanding bytes measured now."""
         with self.ledger.read() as conn:
             return live_reservations(conn)
 
-    def check_risk(self, info: ReservationInfo) -> None:
-        """Raise SpaceRisk if ``info``'s volume is below its floor or the daemon flagged it."""
-        with self.ledger.read() as conn:
-            row = conn.execute(
-                "SELECT state, at_risk FROM reservations WHERE id = ?", (info.id,)
-            ).fetchone()
-        if row is not None and row[1]:
-            raise SpaceRisk(info.id, info.volume, row[1])
+    def _below_floor(self, info: ReservationInfo) -> bool:
         tree = self.policy.trees.get(info.tree)
         if tree is None:
-            return
-        vol = volume_stats(tree.path)
-        floor, _, _ = self.policy.volume_policy(vol.device).numbers(vol.total)
-        if vol.free < floor:
-            raise SpaceRisk(
-                info.id,
-                info.volume,
-                f"free space {vol.free} B is below the floor {floor} B",
+            return True  # cannot measure it any more: the mark stands
+        _, _, free, floor = measure(self.policy, tree)
+        return free < floor
+
+    def check_risk(self, info: ReservationInfo) -> None:
+        """Raise SpaceRisk if this reservation must stop: its volume is below the floor now and
+        it is among the fewest whose stopping covers what the volume lacks.
+
+        Above the floor it never raises (one statvfs). Below it, the mark decides: the daemon's
+        (which evicts caches first), or, when no daemon watches the volume, this call makes
+        the same decision itself (evicting first too). Other jobs on the volume go on.
+        """
+        tree = self.policy.trees.get(info.tree)
+        if tree is not None:
+            _, _, free, floor = measure(self.policy, tree)
+            if free >= floor:
+                return
+        with self.ledger.read() as conn:
+            row = conn.execute(
+                "SELECT at_risk, device FROM reservations WHERE id = ?", (info.id,)
+            ).fetchone()
+        reason = None if row is None else row[0]
+        if reason is None and tree is not None and not self.daemon_watches(info.device):
+            decision = self.relieve(info.device)
+            if decision is not None and info.id in decision.at_risk:
+                reason = self.get(info.id).at_risk
+        if reason:
+            raise SpaceRisk(info.id, info.volume, reason)
+
+    def daemon_watches(self, device: int) -> bool:
+        """True while a daemon samples volume ``device`` (its reading in the ledger is fresh)."""
+        window = max(5.0, 3 * self.settings.sample_interval_s)
+        with self.ledger.read() as conn:
+            row = conn.execute("SELECT updated FROM volumes WHERE device = ?", (device,)).fetchone()
+        return row is not None and time.time() - float(row[0]) < window
+
+    def assess_risk(self, device: int) -> RiskDecision | None:
+        """Mark the fewest reservations on volume ``device`` whose stopping covers what it lacks
+        below its floor, and clear the marks no longer needed (None: no tree measures it)."""
+        tree = tree_on(self.policy, device)
+        if tree is None:
+            return None
+        decision: RiskDecision = self.ledger.call(lambda conn: assess_risk(conn, self.policy, tree))
+        return decision
+
+    def relieve(self, device: int) -> RiskDecision | None:
+        """A volume below its floor: evict caches on it first, then put at risk only the
+        reservations still needed to cover what is missing (kubelet's order for node pressure:
+        reclaim what can be rebuilt before stopping work)."""
+        tree = tree_on(self.policy, device)
+        if tree is None:
+            return None
+        _, _, free, floor = measure(self.policy, tree)
+        if free < floor:
+            from janitor.sweep import make_room
+
+            def deficit() -> int:
+                """What the volume lacks below its floor, counting what jobs still write."""
+                _, _, free, floor = measure(self.policy, tree)
+                if free >= floor:
+                    return 0
+                with self.ledger.read() as conn:
+                    live = live_reservations(conn, device=device)
+                return floor + sum(r.outstanding for r in live) - free
+
+            make_room(
+                self.policy,
+                self.ledger,
+                self.settings.state_dir,
+                device,
+                deficit,
+                reason="pressure",
             )
+        return self.assess_risk(device)
 
     def make_room(
         self, tree: str, nbytes: int | str, *, path: str | os.PathLike[str] | None = None

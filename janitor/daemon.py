@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from janitor.api import Offload
     from janitor.core import Janitor
     from janitor.settings import Settings
+    from janitor.status import Status
     from janitor.watch import TreeWatcher
 
 __all__ = ["Daemon", "DaemonRunning"]
@@ -316,7 +317,9 @@ class Daemon:
             self._ballast[device] = Ballast(where, size)
             log.info("ballast of %s on %s at %s", format_size(size), vs.mount, where)
 
-    def _manage_ballast(self, device: int, vs: VolumeState, level: str) -> None:
+    def _manage_ballast(self, device: int, vs: VolumeState, level: str, settled: str) -> None:
+        """Release the ballast the moment the volume reads critical; recreate it only once the
+        damped level is ``ok`` and there is room for it above free_target."""
         ballast = self._ballast.get(device)
         if ballast is None:
             return
@@ -327,7 +330,7 @@ class Daemon:
             self.bus.publish("ballast-released", volume=vs.mount, bytes=freed)
         elif (
             not present
-            and level == "ok"
+            and settled == "ok"
             and vs.free - ballast.size >= vs.free_target
             and ballast.create()
         ):
@@ -428,7 +431,7 @@ class Daemon:
         series = ledger.call(record)
         with ledger.read() as conn:
             live = live_reservations(conn, now=now)
-        changes: list[tuple[int, str, str]] = []
+        changes: list[tuple[int, str, str, str]] = []
         for device, vs in readings.items():
             fc = forecast(series.get(device, []), vs.floor)
             vs.fill_rate = round(fc.fill_rate, 3)
@@ -442,24 +445,62 @@ class Daemon:
             before = tracker.level
             reading = assess(vs.free, vs.floor, vs.free_low, fc, horizon=vs.horizon)
             if tracker.update(reading, now):
-                changes.append((device, before, tracker.level))
-            vs.level, vs.reason = tracker.level, tracker.reason
+                changes.append((device, before, tracker.level, tracker.reason))
+            # The level shown and acted on is this reading's; the damped one (worse at once,
+            # better after settle_s) is for alerts: level events, log lines, the ballast's
+            # return. Stopping jobs never waits for a level to catch up.
+            vs.level, vs.reason = reading.level, reading.reason
+            vs.alert_level = tracker.level
             if reading.level != "ok" and vs.free < vs.free_low:
                 with self._dirty_cond:
                     self._pressure.add(device)
                     self._dirty_cond.notify()
-            self._manage_ballast(device, vs, tracker.level)
+            self._manage_ballast(device, vs, reading.level, tracker.level)
+            if reading.level == "critical" or any(r.at_risk for r in mine):
+                self._decide_risk(device, vs)
         self._publish_levels(readings, changes, now)
         with self.state.lock:
             self.state.volumes = readings
         self.tail_log()
         self.write_status()
 
+    def _decide_risk(self, device: int, vs: VolumeState) -> None:
+        """Below the floor: evict caches, then mark the fewest reservations that must stop;
+        above it: clear the marks. Janitor.relieve decides, as a worker's check() would."""
+        decision = self.janitor.relieve(device)
+        if decision is None:
+            return
+        vs.free = decision.free
+        vs.at_risk = len(decision.at_risk)
+        for rid in decision.marked:
+            job = decision.jobs.get(rid) or ""
+            log.warning(
+                "reservation %s (%s) put at risk on %s: %d B missing below the floor",
+                rid,
+                job,
+                vs.mount,
+                decision.deficit,
+            )
+            self.bus.publish(
+                "at-risk",
+                reservation=rid,
+                job=job,
+                volume=vs.mount,
+                free=decision.free,
+                floor=decision.floor,
+                deficit=decision.deficit,
+            )
+        for rid in decision.cleared:
+            log.info("reservation %s no longer at risk on %s", rid, vs.mount)
+            self.bus.publish("risk-cleared", reservation=rid, volume=vs.mount)
+
     def _publish_levels(
-        self, readings: dict[int, VolumeState], changes: list[tuple[int, str, str]], now: float
+        self,
+        readings: dict[int, VolumeState],
+        changes: list[tuple[int, str, str, str]],
+        now: float,
     ) -> None:
-        def write(conn: Any) -> list[tuple[str, str, str]]:
-            marked: list[tuple[str, str, str]] = []
+        def write(conn: Any) -> None:
             for device, vs in readings.items():
                 conn.execute(
                     "INSERT INTO volumes (device, mount, level, reason, fill_rate, eta_floor, "
@@ -481,43 +522,21 @@ class Daemon:
                         now,
                     ),
                 )
-                if vs.level == "critical":
-                    reason = f"volume {vs.mount} is critical: {vs.reason}"
-                    rows = conn.execute(
-                        "SELECT id, job FROM reservations WHERE state = 'live' AND device = ? "
-                        "AND at_risk IS NULL",
-                        (device,),
-                    ).fetchall()
-                    for rid, job in rows:
-                        conn.execute(
-                            "UPDATE reservations SET at_risk = ? WHERE id = ?", (reason, rid)
-                        )
-                        marked.append((rid, job or "", vs.mount))
-                else:
-                    conn.execute(
-                        "UPDATE reservations SET at_risk = NULL WHERE device = ? AND "
-                        "at_risk IS NOT NULL AND state = 'live'",
-                        (device,),
-                    )
-            return marked
 
-        marked = self.janitor.ledger.call(write)
-        for device, before, after in changes:
+        self.janitor.ledger.call(write)
+        for device, before, after, why in changes:
             vs = readings[device]
-            log.warning("volume %s: level %s -> %s (%s)", vs.mount, before, after, vs.reason)
+            log.warning("volume %s: level %s -> %s (%s)", vs.mount, before, after, why)
             self.bus.publish(
                 "level",
                 volume=vs.mount,
                 level=after,
                 previous=before,
-                reason=vs.reason,
+                reason=why,
                 free=vs.free,
                 floor=vs.floor,
                 eta_floor=vs.eta_floor,
             )
-        for rid, job, mount in marked:
-            log.warning("reservation %s (%s) put at risk on %s", rid, job, mount)
-            self.bus.publish("at-risk", reservation=rid, job=job, volume=mount)
 
     def tail_log(self) -> None:
         """Turn new ledger log lines into counters and events (refusals, evictions)."""
@@ -578,13 +597,41 @@ class Daemon:
         except OSError as exc:
             log.warning("cannot write %s: %s", path, exc)
 
-    def snapshot(self) -> dict[str, Any]:
-        """The daemon's published view (status.json and part of ``GET /v1/status``)."""
-        data = self.state.snapshot()
-        with self.janitor.ledger.read() as conn:
-            from janitor.reserve import live_reservations
+    def refresh(self) -> Status:
+        """Measure every volume now and bring the published numbers up to date with it.
 
-            data["reservations"] = [r.as_dict() for r in live_reservations(conn)]
+        Called before ``/metrics`` and ``/v1/status`` answer, so they show what
+        ``janitor status`` and ``check --reservation`` would say at that moment, not what the
+        last sample saw.
+        """
+        status = self.janitor.status(with_usage=False)
+        at_risk: dict[int, int] = {}
+        for r in status.reservations:
+            if r.at_risk is not None:
+                at_risk[r.device] = at_risk.get(r.device, 0) + 1
+        with self.state.lock:
+            for v in status.volumes:
+                vs = self.state.volumes.get(v.device)
+                if vs is None:
+                    continue
+                vs.free, vs.reserved, vs.level, vs.reason = v.free, v.reserved, v.level, v.reason
+                vs.live = sum(1 for r in status.reservations if r.device == v.device)
+                vs.at_risk = at_risk.get(v.device, 0)
+        return status
+
+    def metrics_text(self) -> bytes:
+        """The Prometheus exposition, measured now (see refresh)."""
+        from janitor.metrics import render
+
+        self.refresh()
+        return render(self.registry)
+
+    def snapshot(self, status: Status | None = None) -> dict[str, Any]:
+        """The daemon's published view (status.json and part of ``GET /v1/status``)."""
+        if status is None:
+            status = self.janitor.status(with_usage=False)
+        data = self.state.snapshot()
+        data["reservations"] = [r.as_dict() for r in status.reservations]
         data["time"] = time.time()
         data["policy"] = str(self.settings.policy_path)
         data["socket"] = str(self.settings.socket_path)

@@ -1,11 +1,12 @@
 """`janitor exec`: run a writer under a reservation and stop it before the disk fills.
 
 The command starts only once its bytes are reserved (making room by evicting caches first), gets
-the reservation id in ``JANITOR_RESERVATION``, and is watched while it runs: if the volume falls
-below its floor, the daemon puts the reservation at risk, or the output outgrows the reservation
-by more than a margin (and ``grow`` cannot extend it), the command is stopped (SIGTERM, then
-SIGKILL after a grace period) and the result says why. Signals sent to `janitor exec` reach the
-command.
+the reservation id in ``JANITOR_RESERVATION``, and is watched while it runs: if its reservation
+is put at risk (the volume fell below its floor and this job is among the fewest whose stopping
+covers the deficit) or the output outgrows the reservation by more than a margin (and ``grow``
+cannot extend it), the command is stopped (SIGTERM, then SIGKILL after a grace period) and the
+result says why. Signals sent to `janitor exec` reach the command; the command never outlives
+it (janitor.supervise), and the reservation covers the command for as long as it runs.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from janitor.errors import ConfigError, ReservationRefused, SpaceRisk
+from janitor.errors import ConfigError, ReservationRefused, SpaceRisk, UnknownReservation
 from janitor.sizes import format_size
 from janitor.space import allocated_size
+from janitor.supervise import Supervised, exit_code
 
 if TYPE_CHECKING:
     from janitor.core import Janitor
@@ -54,10 +55,6 @@ class ExecResult:
     cleaned: bool = False
 
 
-def _exit_code(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
-
-
 def run_guarded(
     jan: Janitor,
     tree: str,
@@ -80,14 +77,12 @@ def run_guarded(
         raise ConfigError("no command given; write it after `--`")
     if shutil.which(command[0]) is None:
         raise ConfigError(f"command {command[0]!r} not found on PATH, or not an executable file")
-    tree_policy = jan.policy.tree(tree)
     reservation = jan.reserve(tree, nbytes, path=path, job=job, ttl=ttl, evict=evict)
     try:
         return _run(
             jan,
             reservation,
             list(command),
-            tree_policy.path,
             poll=poll,
             grow=grow,
             margin=margin,
@@ -103,7 +98,6 @@ def _run(
     jan: Janitor,
     reservation: Reservation,
     command: list[str],
-    root: os.PathLike[str],
     *,
     poll: float,
     grow: bool,
@@ -116,43 +110,24 @@ def _run(
     out = info.path
     env = {**os.environ, "JANITOR_RESERVATION": info.id}
     try:
-        child = subprocess.Popen(command, env=env)
+        child = Supervised(command, env=env)
     except OSError as exc:  # e.g. ENOEXEC: an executable file that is no program
         raise ConfigError(f"cannot run {command[0]!r}: {exc.strerror}") from None
-    forwarded: dict[signal.Signals, Any] = {}
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        try:
-            child.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    if threading.current_thread() is threading.main_thread():
-        for sig in FORWARDED_SIGNALS:
-            forwarded[sig] = signal.signal(sig, forward)
+    forwarded = _forward_signals(child)
     stopped: str | None = None
     written = 0
     limit = info.bytes
     ttl = info.expires - info.created
     renewed = time.monotonic()
-    last_risk_check = 0.0
     try:
-        while True:
-            try:
-                child.wait(timeout=poll)
-                break
-            except subprocess.TimeoutExpired:
-                pass
+        try:
+            # The command's bytes stay reserved for as long as it runs, even the moment it
+            # takes to stop should we die first.
+            jan.cover(info.id, child.pid)
+        except (ConfigError, UnknownReservation):
+            pass  # it exited already, or the reservation ended: nothing left to cover
+        while child.wait(poll) is None:
             now = time.monotonic()
-            st = os.statvfs(root)
-            free = st.f_bavail * st.f_frsize
-            floor, _, _ = jan.policy.volume_policy(info.device).numbers(st.f_blocks * st.f_frsize)
-            if free < floor:
-                stopped = (
-                    f"stopped: volume {info.volume} fell below its floor "
-                    f"({format_size(free)} free < {format_size(floor)})"
-                )
-                break
             if out is not None:
                 written = allocated_size(out)
                 if written > limit * (1 + margin):
@@ -177,24 +152,26 @@ def _run(
                         "(use --grow or reserve more)"
                     )
                     break
-            if now - last_risk_check >= 1.0:
-                last_risk_check = now
-                try:
-                    jan.check_risk(info)
-                except SpaceRisk as exc:
-                    stopped = f"stopped: {exc}"
-                    break
+            try:
+                # One statvfs while the volume is above its floor; below it, only the fewest
+                # jobs whose stopping covers the deficit are told to stop (Janitor.check_risk).
+                jan.check_risk(info)
+            except SpaceRisk as exc:
+                stopped = f"stopped: {exc}"
+                break
             if now - renewed > ttl / 2:
                 reservation.renew(ttl)
                 renewed = now
         if stopped is not None:
-            _stop(child, grace)
+            child.stop(grace)
     finally:
         for sig, previous in forwarded.items():
             signal.signal(sig, previous)
-        if child.poll() is None:
-            _stop(child, grace)
-    code = _exit_code(child.returncode)
+        if child.returncode is None:
+            child.stop(grace)
+    returncode = child.wait()
+    assert returncode is not None
+    code = exit_code(returncode)
     if out is not None:
         written = max(written, allocated_size(out))
     cleaned = False
@@ -203,15 +180,29 @@ def _run(
     return ExecResult(75 if stopped else code, info.id, stopped, limit, written, cleaned)
 
 
-def _stop(child: subprocess.Popen[bytes], grace: float) -> None:
-    try:
-        child.terminate()
-        child.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
-    except ProcessLookupError:
-        pass
+def _forward_signals(child: Supervised) -> dict[signal.Signals, Any]:
+    """Pass the signals we get on to the command (its process group); handle job control.
+
+    Ctrl-Z stops the command and then us, so the shell that ran us sees a stopped job; SIGCONT
+    (``fg``) continues both. Returns the previous handlers, to restore.
+    """
+    forwarded: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return forwarded
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        child.signal(signum)
+
+    def suspend(signum: int, frame: FrameType | None) -> None:
+        child.signal(signal.SIGSTOP)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    for sig in FORWARDED_SIGNALS:
+        forwarded[sig] = signal.signal(sig, forward)
+    if not child.foreground:  # in the foreground the terminal stops and continues both
+        forwarded[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, suspend)
+        forwarded[signal.SIGCONT] = signal.signal(signal.SIGCONT, forward)
+    return forwarded
 
 
 def _remove(path: str) -> bool:

@@ -13,14 +13,15 @@ import errno
 import fcntl
 import os
 import signal
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from janitor.fastpaths import LINUX
+
 __all__ = ["exclusive", "lock_held", "locked_inodes", "open_inodes", "prepare_leases"]
 
-_LEASES = sys.platform.startswith("linux") and hasattr(fcntl, "F_SETLEASE")
+_LEASES = LINUX and hasattr(fcntl, "F_SETLEASE")
 _lease_ok = False
 _lease_lock = threading.Lock()
 
@@ -101,6 +102,8 @@ def locked_inodes() -> frozenset[int] | None:
     kernel lists), so a hit is then confirmed with :func:`lock_held`. Waiters ("->") and every
     kind of lock are listed; a superset is safe.
     """
+    if not LINUX:
+        return None
     try:
         with open(_PROC_LOCKS, "rb") as f:
             data = f.read()
@@ -121,7 +124,7 @@ def locked_inodes() -> frozenset[int] | None:
 
 def open_inodes(devices: set[int] | None = None) -> frozenset[tuple[int, int]]:
     """``(dev, ino)`` of every file some process has open or mapped, on ``devices`` if given."""
-    if os.path.isdir("/proc/self/fd"):
+    if LINUX and os.path.isdir("/proc/self/fd"):
         return _proc_inodes(devices)
     return _psutil_inodes(devices)
 

@@ -41,7 +41,7 @@ def py_path(value: str | bytes) -> str:
     return os.fsdecode(value) if isinstance(value, bytes) else value
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _T = TypeVar("_T")
 
@@ -71,7 +71,9 @@ CREATE TABLE IF NOT EXISTS reservations (
     expires     REAL NOT NULL,
     state       TEXT NOT NULL DEFAULT 'live',
     ended       REAL,
-    at_risk     TEXT
+    at_risk     TEXT,
+    command_pid   INTEGER,
+    command_start REAL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS reservations_live ON reservations(device) WHERE state = 'live';
 CREATE TABLE IF NOT EXISTS pins (
@@ -138,16 +140,29 @@ DROP INDEX IF EXISTS log_ts;
 ALTER TABLE reservations RENAME TO reservations_v1;
 ALTER TABLE log RENAME TO log_v1;
 {schema};
-INSERT INTO reservations SELECT * FROM reservations_v1
-    WHERE state = 'live' OR ended IS NULL OR ended >= :cutoff;
+INSERT INTO reservations ({reservation_columns}) SELECT {reservation_columns}
+    FROM reservations_v1 WHERE state = 'live' OR ended IS NULL OR ended >= :cutoff;
 INSERT INTO log SELECT * FROM log_v1 WHERE ts >= :cutoff;
 INSERT INTO log (id, ts, event, detail) VALUES (
     max((SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'log_v1'),
         (SELECT coalesce(max(id), 0) FROM log_v1)) + 1,
-    :now, 'upgrade', '{{"from": 1, "to": 2}}');
+    :now, 'upgrade', '{{"from": 1, "to": 3}}');
 DROP TABLE reservations_v1;
 DROP TABLE log_v1;
 DELETE FROM sqlite_sequence WHERE name IN ('log', 'log_v1')
+"""
+
+#: The reservation columns of schemas 1 and 2, copied by the upgrade from schema 1.
+_RESERVATION_COLUMNS_1 = (
+    "id, tree, device, volume, bytes, path, job, owner_pid, owner_start, created, expires, "
+    "state, ended, at_risk"
+)
+
+#: Schema 2 -> 3: a reservation may be kept live by the command its supervisor runs, too.
+_MIGRATE_2 = """
+ALTER TABLE reservations ADD COLUMN command_pid INTEGER;
+ALTER TABLE reservations ADD COLUMN command_start REAL;
+INSERT INTO log (ts, event, detail) VALUES (:now, 'upgrade', '{"from": 2, "to": 3}')
 """
 
 #: json.dumps(..., sort_keys=True) without building an encoder for every log line.
@@ -276,7 +291,14 @@ class Ledger:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
                 self._refuse_newer(version)
                 if version < SCHEMA_VERSION:
-                    script = _MIGRATE_1.format(schema=_SCHEMA) if version == 1 else _SCHEMA
+                    if version == 1:
+                        script = _MIGRATE_1.format(
+                            schema=_SCHEMA, reservation_columns=_RESERVATION_COLUMNS_1
+                        )
+                    elif version == 2:
+                        script = _MIGRATE_2
+                    else:
+                        script = _SCHEMA
                     now = time.time()
                     args = {"cutoff": now - KEEP_S, "now": now}
                     # One statement at a time: executescript() would commit our transaction.

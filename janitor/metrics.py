@@ -36,6 +36,9 @@ class VolumeState:
     live: int = 0
     level: str = "ok"
     reason: str = ""
+    #: The damped level (worse at once, better after settle_s): for alerts and events.
+    alert_level: str = "ok"
+    at_risk: int = 0
     fill_rate: float = 0.0
     eta_floor: float | None = None
     eta_full: float | None = None
@@ -58,6 +61,8 @@ class VolumeState:
             "live_reservations": self.live,
             "level": self.level,
             "reason": self.reason,
+            "alert_level": self.alert_level,
+            "at_risk": self.at_risk,
             "fill_rate": self.fill_rate,
             "eta_floor": self.eta_floor,
             "eta_full": self.eta_full,
@@ -158,7 +163,17 @@ class _Collector(Collector):
                 "janitor_reservations_live", "Live reservations.", labels=vol
             ),
             "level": GaugeMetricFamily(
-                "janitor_volume_level", "0 ok, 1 warn, 2 critical.", labels=vol
+                "janitor_volume_level", "0 ok, 1 warn, 2 critical (as read now).", labels=vol
+            ),
+            "alert_level": GaugeMetricFamily(
+                "janitor_volume_alert_level",
+                "The level damped: worse at once, better only after settle_s.",
+                labels=vol,
+            ),
+            "at_risk": GaugeMetricFamily(
+                "janitor_reservations_at_risk",
+                "Live reservations told to stop (their volume is below its floor).",
+                labels=vol,
             ),
             "fill_rate": GaugeMetricFamily(
                 "janitor_volume_fill_rate_bytes_per_second",
@@ -218,6 +233,8 @@ class _Collector(Collector):
                 gauges["headroom"].add_metric(m, v.free - v.floor - v.reserved)
                 gauges["live"].add_metric(m, v.live)
                 gauges["level"].add_metric(m, LEVEL_VALUES.get(v.level, 0))
+                gauges["alert_level"].add_metric(m, LEVEL_VALUES.get(v.alert_level, 0))
+                gauges["at_risk"].add_metric(m, v.at_risk)
                 gauges["fill_rate"].add_metric(m, v.fill_rate)
                 gauges["eta_floor"].add_metric(m, math.inf if v.eta_floor is None else v.eta_floor)
                 gauges["confidence"].add_metric(m, v.confidence)

@@ -17,13 +17,16 @@ import select
 import sqlite3
 import threading
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from janitor.errors import ConfigError, ReservationRefused, UnknownReservation
+from janitor.fastpaths import LINUX
 from janitor.ledger import Ledger, db_path, py_path
 from janitor.owner import is_alive
+from janitor.risk import Claim, choose_at_risk
+from janitor.sizes import format_size
 from janitor.space import allocated_size, existing_ancestor, volume_stats
 
 if TYPE_CHECKING:
@@ -36,18 +39,22 @@ __all__ = [
     "Admission",
     "Reservation",
     "ReservationInfo",
+    "RiskDecision",
     "admit",
+    "assess_risk",
+    "cover_reservation",
     "end_reservation",
     "grow_reservation",
     "live_reservations",
     "reap",
     "renew_reservation",
     "resolve_path",
+    "tree_on",
 ]
 
 _COLUMNS = (
     "id, tree, device, volume, bytes, path, job, owner_pid, owner_start, created, expires, "
-    "state, ended, at_risk"
+    "state, ended, at_risk, command_pid, command_start"
 )
 
 
@@ -70,6 +77,10 @@ class ReservationInfo:
     ended: float | None = None
     at_risk: str | None = None
     outstanding: int = 0
+    #: The command a supervisor runs under the reservation (``janitor exec``, the guarded
+    #: ffmpeg): the reservation stays live while either process runs.
+    command_pid: int | None = None
+    command_start: float | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...], *, measure: bool = True) -> ReservationInfo:
@@ -97,12 +108,15 @@ class ReservationInfo:
             row[12],
             row[13],
             left,
+            row[14],
+            row[15],
         )
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of a reservation (README: "JSON shapes")."""
         data = asdict(self)
         data.pop("owner_start")
+        data.pop("command_start")
         return data
 
 
@@ -217,7 +231,7 @@ class _OwnerWatch:
         self._guard = threading.Lock()
         self._pid = os.getpid()
         self._polls: dict[tuple[int, float], tuple[int, select.poll]] = {}
-        self._enabled = hasattr(os, "pidfd_open") and hasattr(select, "poll")
+        self._enabled = LINUX and hasattr(os, "pidfd_open") and hasattr(select, "poll")
 
     def alive(self, pid: int, start: float | None) -> bool:
         if not self._enabled or start is None or start < 0 or pid <= 0:
@@ -271,7 +285,8 @@ class _OwnerWatch:
 _owners = _OwnerWatch()
 
 #: What _reap_and_sum reads of each live reservation (the rest only for the rare row it ends).
-_LIVE = "SELECT id, device, bytes, path, owner_pid, owner_start, expires FROM reservations "
+_LIVE = "SELECT id, device, bytes, path, owner_pid, owner_start, expires, command_pid, "
+_LIVE += "command_start FROM reservations "
 _LIVE += "WHERE state = 'live'"
 
 
@@ -288,7 +303,7 @@ def _reap_and_sum(
     ending: list[tuple[str, str]] = []
     reserved = 0
     alive: dict[tuple[int, float | None], bool] = {}
-    for rid, dev, nbytes, path, pid, start, expires in conn.execute(_LIVE):
+    for rid, dev, nbytes, path, pid, start, expires, cpid, cstart in conn.execute(_LIVE):
         if expires <= now:
             ending.append((rid, "expired"))
             continue
@@ -296,6 +311,11 @@ def _reap_and_sum(
         ok = alive.get(owner)
         if ok is None:
             ok = alive[owner] = _owners.alive(pid, start)
+        if not ok and cpid is not None:
+            command = (cpid, cstart)
+            ok = alive.get(command)
+            if ok is None:
+                ok = alive[command] = _owners.alive(cpid, cstart)
         if not ok:
             ending.append((rid, "dead"))
         elif dev == device:
@@ -325,6 +345,13 @@ def _reap_and_sum(
     return ended, reserved
 
 
+def owners_alive(info: ReservationInfo) -> bool:
+    """True while the reservation's owner, or the command run under it, still runs."""
+    if _owners.alive(info.owner_pid, info.owner_start):
+        return True
+    return info.command_pid is not None and _owners.alive(info.command_pid, info.command_start)
+
+
 def live_reservations(
     conn: sqlite3.Connection,
     *,
@@ -349,7 +376,7 @@ def live_reservations(
         info = ReservationInfo.from_row(row, measure=False)
         if info.expires <= now:
             continue
-        if check_owners and not _owners.alive(info.owner_pid, info.owner_start):
+        if check_owners and not owners_alive(info):
             continue
         out.append(replace(info, outstanding=outstanding(info.bytes, info.path)))
     return out
@@ -405,7 +432,7 @@ def new_id(now: float) -> str:
 
 #: SQLITE_CONSTRAINT_PRIMARYKEY, the extended code of a duplicate id.
 _PRIMARY_KEY_TAKEN = 1555
-_INSERT = f"INSERT INTO reservations ({_COLUMNS}) VALUES ({','.join('?' * 14)})"
+_INSERT = f"INSERT INTO reservations ({_COLUMNS}) VALUES ({','.join('?' * 16)})"
 
 
 def admit(
@@ -488,6 +515,8 @@ def admit(
         info.created,
         info.expires,
         info.state,
+        None,
+        None,
         None,
         None,
     ]
@@ -645,6 +674,144 @@ def grow_reservation(
         previous=info.bytes,
     )
     return decision, replace(info, bytes=new_bytes, outstanding=new_bytes - written)
+
+
+def cover_reservation(
+    conn: sqlite3.Connection, rid: str, pid: int, start: float | None
+) -> ReservationInfo:
+    """Keep a live reservation live while process ``pid`` runs too (its supervised command)."""
+    info = get_reservation(conn, rid)
+    _require_live(info, "cover a command with")
+    conn.execute(
+        "UPDATE reservations SET command_pid = ?, command_start = ? WHERE id = ?",
+        (pid, start, rid),
+    )
+    return replace(info, command_pid=pid, command_start=start)
+
+
+@dataclass(frozen=True, slots=True)
+class RiskDecision:
+    """One at-risk decision on a volume: the numbers, and which reservations must stop.
+
+    ``deficit`` is what the volume lacks to keep its floor once every running job has written
+    what it still may (``floor + reserved - free``), counted only while free space is below
+    the floor; ``at_risk`` are the reservations whose stopping covers it (janitor.risk).
+    """
+
+    device: int
+    volume: str
+    free: int
+    floor: int
+    reserved: int
+    deficit: int
+    at_risk: tuple[str, ...] = ()
+    marked: tuple[str, ...] = ()
+    cleared: tuple[str, ...] = ()
+    jobs: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def critical(self) -> bool:
+        """True while free space is below the floor."""
+        return self.free < self.floor
+
+
+def risk_reason(decision: RiskDecision) -> str:
+    """The reason a reservation at risk carries (what ``check()`` raises and the API shows)."""
+    return (
+        f"volume {decision.volume} is critical: {format_size(decision.free)} free is below the "
+        f"floor of {format_size(decision.floor)} while running jobs still write "
+        f"{format_size(decision.reserved)}; this job is among the fewest stopped to cover the "
+        f"{format_size(decision.deficit)} missing"
+    )
+
+
+_CLEAR_RISK = (
+    "UPDATE reservations SET at_risk = NULL WHERE device = ? AND state = 'live' "
+    "AND at_risk IS NOT NULL"
+)
+
+
+def assess_risk(
+    conn: sqlite3.Connection, policy: Policy, tree: TreePolicy, *, now: float | None = None
+) -> RiskDecision:
+    """Decide, inside the caller's write transaction, which reservations on ``tree``'s volume
+    must stop, and mark them (``at_risk``); clear the marks no longer needed.
+
+    It reads the numbers admission reads, the same way (reservations summed, then a fresh
+    statvfs), under the same writer lock, so a reservation is never stopped on a reading older
+    than the one that granted it. Above the floor every mark on the volume is cleared.
+    """
+    now = time.time() if now is None else now
+    device, mount, free, floor = _measure_fast(policy, tree)
+    if free >= floor:
+        cleared = tuple(
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM reservations WHERE device = ? AND state = 'live' "
+                "AND at_risk IS NOT NULL",
+                (device,),
+            ).fetchall()
+        )
+        if cleared:
+            conn.execute(_CLEAR_RISK, (device,))
+            for rid in cleared:
+                Ledger.log(conn, "risk-cleared", device=device, reservation=rid, ts=now)
+        return RiskDecision(device, mount, free, floor, 0, 0, (), (), cleared)
+    _reap_and_sum(conn, now, None)  # end what dead owners left, so it is neither counted nor told
+    rows = conn.execute(
+        "SELECT id, bytes, path, created, at_risk, job, tree FROM reservations "
+        "WHERE state = 'live' AND device = ?",
+        (device,),
+    ).fetchall()
+    claims = []
+    jobs: dict[str, str | None] = {}
+    for rid, nbytes, path, created, flag, job, _tree in rows:
+        left = outstanding(nbytes, None if path is None else py_path(path))
+        claims.append(Claim(rid, left, created, flag is not None))
+        jobs[rid] = job
+    device, mount, free, floor = _measure_fast(policy, tree)  # read after the sum, as admit()
+    reserved = sum(c.outstanding for c in claims)
+    deficit = max(0, floor + reserved - free) if free < floor else 0
+    chosen = choose_at_risk(deficit, claims)
+    decision = RiskDecision(device, mount, free, floor, reserved, deficit, chosen, jobs=jobs)
+    flagged = {c.id for c in claims if c.at_risk}
+    marked = tuple(rid for rid in chosen if rid not in flagged)
+    cleared = tuple(sorted(flagged - set(chosen)))
+    if marked:
+        reason = risk_reason(decision)
+        for rid in marked:
+            conn.execute("UPDATE reservations SET at_risk = ? WHERE id = ?", (reason, rid))
+            Ledger.log(
+                conn,
+                "at-risk",
+                device=device,
+                reservation=rid,
+                ts=now,
+                free=free,
+                floor=floor,
+                reserved=reserved,
+                deficit=deficit,
+            )
+    for rid in cleared:
+        conn.execute("UPDATE reservations SET at_risk = NULL WHERE id = ?", (rid,))
+        Ledger.log(conn, "risk-cleared", device=device, reservation=rid, ts=now)
+    return replace(decision, marked=marked, cleared=cleared)
+
+
+def tree_on(policy: Policy, device: int) -> TreePolicy | None:
+    """A tree of the policy on volume ``device`` (to measure it by), or None."""
+    for tree in policy.trees.values():
+        known = _VOLUMES.get(tree.path)
+        if known is not None and known[0] is policy:
+            if known[2] == device:
+                return tree
+            continue
+        try:
+            if _measure_fast(policy, tree)[0] == device:
+                return tree
+        except OSError:
+            continue
+    return None
 
 
 def renew_reservation(

@@ -12,10 +12,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
-from janitor.status import Level
+__all__ = [
+    "Claim",
+    "Forecast",
+    "Level",
+    "LevelTracker",
+    "Reading",
+    "assess",
+    "choose_at_risk",
+    "finite",
+    "forecast",
+]
 
-__all__ = ["Forecast", "LevelTracker", "Reading", "assess", "finite", "forecast"]
+#: A volume's level: ``ok``, ``warn`` (below free_low, or the floor forecast within the
+#: horizon) or ``critical`` (below the floor).
+Level = Literal["ok", "warn", "critical"]
 
 _ORDER: dict[str, int] = {"ok": 0, "warn": 1, "critical": 2}
 
@@ -128,3 +141,41 @@ class LevelTracker:
 def finite(x: float | None) -> float | None:
     """``x`` unless it is None, inf or nan (JSON has no infinity)."""
     return None if x is None or math.isinf(x) or math.isnan(x) else x
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A live reservation as the at-risk decision sees it: what it still has to write."""
+
+    id: str
+    outstanding: int
+    created: float
+    at_risk: bool = False
+
+
+def risk_order(claim: Claim) -> tuple[bool, int, float]:
+    """The order in which reservations are put at risk (smallest key first)."""
+    return (not claim.at_risk, -claim.outstanding, -claim.created)
+
+
+def choose_at_risk(deficit: int, claims: Sequence[Claim]) -> tuple[str, ...]:
+    """The fewest reservations whose stopping covers ``deficit`` bytes, as kubelet ranks pods
+    under node pressure instead of evicting them all.
+
+    Order (:func:`risk_order`): those already at risk first (their jobs may be stopping
+    already; telling another job instead would stop two), then the most outstanding bytes
+    first (the fewest jobs for the bytes, and the most left to write is the least done), then
+    the newest. A reservation with nothing left to write frees nothing by stopping and is never
+    chosen. When all of them together cannot cover the deficit, all of them are chosen: a job
+    stopped with a reason is better off than one that meets ENOSPC.
+    """
+    if deficit <= 0:
+        return ()
+    chosen: list[str] = []
+    covered = 0
+    for claim in sorted((c for c in claims if c.outstanding > 0), key=risk_order):
+        if covered >= deficit:
+            break
+        chosen.append(claim.id)
+        covered += claim.outstanding
+    return tuple(chosen)

@@ -8,13 +8,14 @@ from __future__ import annotations
 import fnmatch
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from janitor.ledger import Ledger
 from janitor.policy import Policy, TreePolicy
 from janitor.reserve import ReservationInfo, live_reservations
+from janitor.risk import Forecast, Level, assess
 from janitor.space import VolumeStats, allocated_size, volume_stats
 
 __all__ = [
@@ -26,8 +27,6 @@ __all__ = [
     "level_of",
     "tree_usage",
 ]
-
-Level = Literal["ok", "warn", "critical"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +114,9 @@ class Status:
 
 
 def level_of(free: int, floor: int, free_low: int) -> tuple[Level, str]:
-    """The level a free-space reading alone implies, and why."""
-    if free < floor:
-        return "critical", "free space is below the floor"
-    if free < free_low:
-        return "warn", "free space is below free_low"
-    return "ok", ""
+    """The level a free-space reading alone implies, and why (no forecast)."""
+    reading = assess(free, floor, free_low, None, horizon=0.0)
+    return reading.level, reading.reason
 
 
 def _dir_unit_matches(tree: TreePolicy, unit: Path) -> bool:
@@ -177,21 +173,24 @@ def collect_status(policy: Policy, ledger: Ledger, *, with_usage: bool = True) -
         forecasts = {
             row[0]: row[1:]
             for row in conn.execute(
-                "SELECT device, level, reason, fill_rate, eta_floor, updated FROM volumes"
+                "SELECT device, fill_rate, eta_floor, eta_full, confidence, updated FROM volumes"
             ).fetchall()
         }
     volumes = []
     for device, vol in stats.items():
-        floor, free_low, free_target = policy.volume_policy(device).numbers(vol.total)
+        vp = policy.volume_policy(device)
+        floor, free_low, free_target = vp.numbers(vol.total)
         reserved = sum(r.outstanding for r in live if r.device == device)
-        level, reason = level_of(vol.free, floor, free_low)
         fill_rate = eta_floor = updated = None
-        fc = forecasts.get(device)
-        # A forecast is only trusted while the daemon keeps it fresh.
-        if fc is not None and now - fc[4] < 60:
-            _, fc_reason, fill_rate, eta_floor, updated = fc
-            if level == "ok" and fc[0] == "warn":
-                level, reason = "warn", fc_reason or "forecast reaches the floor"
+        fc = None
+        row = forecasts.get(device)
+        # A forecast is only trusted while the daemon keeps it fresh; the level is judged the
+        # way the daemon judges it (risk.assess), from this reading of free space.
+        if row is not None and now - row[4] < 60:
+            fill_rate, eta_floor, eta_full, confidence, updated = row
+            fc = Forecast(fill_rate or 0.0, eta_floor, eta_full, confidence or 0.0, 0)
+        reading = assess(vol.free, floor, free_low, fc, horizon=vp.horizon)
+        level, reason = reading.level, reading.reason
         volumes.append(
             VolumeStatus(
                 device=device,
@@ -210,6 +209,15 @@ def collect_status(policy: Policy, ledger: Ledger, *, with_usage: bool = True) -
                 forecast_updated=updated,
             )
         )
+    # A mark counts only while its volume is below the floor (as Reservation.check() reads
+    # it), so a reservation is never shown at risk on a volume shown above its floor.
+    below = {v.device for v in volumes if v.free < v.floor}
+    live = [
+        r
+        if r.at_risk is None or r.device in below or r.device not in stats
+        else replace(r, at_risk=None)
+        for r in live
+    ]
     return Status(
         time=now,
         policy=str(policy.source or ""),

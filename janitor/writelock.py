@@ -43,17 +43,17 @@ import os
 import queue
 import socket
 import struct
-import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from janitor.errors import LedgerError, LedgerFull
+from janitor.fastpaths import LINUX
 
 __all__ = ["WriterLock"]
 
-_OFD = sys.platform.startswith("linux") and hasattr(fcntl, "F_OFD_SETLKW")
+_OFD = LINUX and hasattr(fcntl, "F_OFD_SETLKW")
 _SETLK = getattr(fcntl, "F_OFD_SETLK", 0)
 _SETLKW = getattr(fcntl, "F_OFD_SETLKW", 0)
 #: ``struct flock``: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks), padding.

@@ -111,7 +111,7 @@ def test_a_new_ledger_has_the_current_schema(
     jan = cache_janitor()
     jan.reserve("t", 1).release()
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     sql = _schema_sql(janitor_env.ledger)
     assert "WITHOUT ROWID" in sql["reservations"]
     assert "WHERE state = 'live'" in sql["reservations_live"]
@@ -154,7 +154,7 @@ def test_schema_1_is_upgraded_in_place_keeping_what_a_prune_would_keep(
     live = jan.reservations()
     assert [(r.id, r.bytes) for r in live] == [("r-00000000000000aa", 3 << 20)]
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
         assert conn.execute("SELECT id, state FROM reservations ORDER BY id").fetchall() == [
             ("r-00000000000000aa", "live"),
             ("r-00000000000000bb", "released"),
@@ -173,6 +173,29 @@ def test_schema_1_is_upgraded_in_place_keeping_what_a_prune_would_keep(
     assert jan.reservations() == []
     ids = [e.id for e in jan.ledger.entries()]
     assert ids[:3] == [3, 4, 6] and ids[3:] and min(ids[3:]) > 6
+
+
+def test_schema_2_gains_the_command_columns_and_keeps_its_reservations(
+    cache_janitor: Callable[[], Janitor], janitor_env: JanitorEnv
+) -> None:
+    """A schema-2 ledger (no command columns) is upgraded in place: the live reservation stays
+    live and can then cover a command."""
+    jan = cache_janitor()
+    r = jan.reserve("t", 1 << 20)
+    jan.ledger.close()
+    with sqlite3.connect(janitor_env.ledger) as conn:  # back to schema 2, as 0.1 wrote it
+        conn.execute("ALTER TABLE reservations DROP COLUMN command_start")
+        conn.execute("ALTER TABLE reservations DROP COLUMN command_pid")
+        conn.execute("PRAGMA user_version = 2")
+    again = cache_janitor()
+    assert [x.id for x in again.reservations()] == [r.id]
+    covered = again.cover(r.id, os.getpid())
+    assert covered.command_pid == os.getpid()
+    with sqlite3.connect(janitor_env.ledger) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 2, "to": 3}]
+    again.release(r.id)
 
 
 def test_a_ledger_from_a_newer_version_is_refused_untouched(
