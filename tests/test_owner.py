@@ -75,7 +75,7 @@ def run_script(tmp_path: Path, body: str) -> tuple[subprocess.Popen[str], int, s
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            out, err = proc.communicate()
+            _out, err = proc.communicate()
             pytest.fail(f"the script failed ({proc.returncode}): {err}")
         time.sleep(0.02)
     pid, got = ready.read_text().split()
@@ -207,4 +207,3 @@ def test_explicit_owner_pid_is_taken_as_given(vol: Volume, tmp_path: Path) -> No
     finally:
         sleeper.kill()
         sleeper.wait()
-

@@ -87,9 +87,7 @@ def supervised(
     procs: list[subprocess.Popen[str]] = []
     pids: list[int] = []
 
-    def start(
-        *wrapper: str, portable: bool = False
-    ) -> tuple[subprocess.Popen[str], int, Path]:
+    def start(*wrapper: str, portable: bool = False) -> tuple[subprocess.Popen[str], int, Path]:
         out = vol.tree / f"out{len(procs)}.bin"
         env = {**os.environ, "JANITOR_PORTABLE": "1" if portable else "0"}
         command = [*wrapper, f"{PY} {script} {out}"] if wrapper else [PY, str(script), str(out)]
@@ -149,7 +147,7 @@ def test_a_shell_wrapper_and_its_children_die_with_the_supervisor(
     supervised: Callable[..., tuple[subprocess.Popen[str], int, Path]], portable: bool
 ) -> None:
     """The writer is the wrapper's child, not ours: only the process-group kill reaches it."""
-    proc, writer, out = supervised("sh", "-c", "$0 & wait", portable=portable)
+    proc, writer, _out = supervised("sh", "-c", "$0 & wait", portable=portable)
     assert os.getpgid(writer) != os.getpgid(proc.pid)  # the command leads a group of its own
     proc.send_signal(signal.SIGKILL)
     proc.wait()
