@@ -25,7 +25,7 @@ from janitor.errors import ConfigError, ReservationRefused, UnknownReservation
 from janitor.fastpaths import LINUX
 from janitor.ledger import Ledger, db_path, py_path
 from janitor.owner import is_alive
-from janitor.risk import Claim, choose_at_risk
+from janitor.risk import Claim, choose_at_risk, stop_deficit
 from janitor.sizes import format_size
 from janitor.space import allocated_size, existing_ancestor, volume_stats
 
@@ -693,9 +693,9 @@ def cover_reservation(
 class RiskDecision:
     """One at-risk decision on a volume: the numbers, and which reservations must stop.
 
-    ``deficit`` is what the volume lacks to keep its floor once every running job has written
-    what it still may (``floor + reserved - free``), counted only while free space is below
-    the floor; ``at_risk`` are the reservations whose stopping covers it (janitor.risk).
+    ``deficit`` is what the volume lacks, below its floor, to hold what running jobs still
+    write plus half the floor (janitor.risk.stop_deficit); ``at_risk`` are the fewest
+    reservations whose stopping covers it (janitor.risk.choose_at_risk).
     """
 
     device: int
@@ -719,7 +719,7 @@ def risk_reason(decision: RiskDecision) -> str:
     """The reason a reservation at risk carries (what ``check()`` raises and the API shows)."""
     return (
         f"volume {decision.volume} is critical: {format_size(decision.free)} free is below the "
-        f"floor of {format_size(decision.floor)} while running jobs still write "
+        f"floor of {format_size(decision.floor)} and running jobs still write "
         f"{format_size(decision.reserved)}; this job is among the fewest stopped to cover the "
         f"{format_size(decision.deficit)} missing"
     )
@@ -766,12 +766,13 @@ def assess_risk(
     claims = []
     jobs: dict[str, str | None] = {}
     for rid, nbytes, path, created, flag, job, _tree in rows:
-        left = outstanding(nbytes, None if path is None else py_path(path))
-        claims.append(Claim(rid, left, created, flag is not None))
+        written = 0 if path is None else allocated_size(py_path(path))
+        left = max(0, nbytes - written)
+        claims.append(Claim(rid, left, created, flag is not None, written))
         jobs[rid] = job
     device, mount, free, floor = _measure_fast(policy, tree)  # read after the sum, as admit()
     reserved = sum(c.outstanding for c in claims)
-    deficit = max(0, floor + reserved - free) if free < floor else 0
+    deficit = stop_deficit(free, floor, reserved)
     chosen = choose_at_risk(deficit, claims)
     decision = RiskDecision(device, mount, free, floor, reserved, deficit, chosen, jobs=jobs)
     flagged = {c.id for c in claims if c.at_risk}

@@ -24,6 +24,8 @@ __all__ = [
     "choose_at_risk",
     "finite",
     "forecast",
+    "risk_order",
+    "stop_deficit",
 ]
 
 #: A volume's level: ``ok``, ``warn`` (below free_low, or the floor forecast within the
@@ -145,12 +147,37 @@ def finite(x: float | None) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A live reservation as the at-risk decision sees it: what it still has to write."""
+    """A live reservation as the at-risk decision sees it.
+
+    ``outstanding``: what it still has to write; ``written``: what its path holds, given back
+    when a stopped job removes its partial output (the guarded ffmpeg does, a pipeline job's
+    temp folder goes with it). A job that keeps its output frees less than counted: the next
+    reading shows it, and more are chosen.
+    """
 
     id: str
     outstanding: int
     created: float
     at_risk: bool = False
+    written: int = 0
+
+    @property
+    def frees(self) -> int:
+        """Bytes stopping this job is counted to give the volume."""
+        return self.outstanding + self.written
+
+
+def stop_deficit(free: int, floor: int, reserved: int) -> int:
+    """Bytes the volume lacks that stopping jobs must cover; 0 while it is not below its floor.
+
+    Below the floor the volume must still hold what its running jobs will write
+    (``reserved``) plus half the floor, the margin kept for what writers outside any
+    reservation add before the next look: ``reserved + floor / 2 - free``. A dip below the
+    floor that running jobs still fit into stops nobody.
+    """
+    if free >= floor:
+        return 0
+    return max(0, reserved + floor // 2 - free)
 
 
 def risk_order(claim: Claim) -> tuple[bool, int, float]:
@@ -164,10 +191,12 @@ def choose_at_risk(deficit: int, claims: Sequence[Claim]) -> tuple[str, ...]:
 
     Order (:func:`risk_order`): those already at risk first (their jobs may be stopping
     already; telling another job instead would stop two), then the most outstanding bytes
-    first (the fewest jobs for the bytes, and the most left to write is the least done), then
-    the newest. A reservation with nothing left to write frees nothing by stopping and is never
-    chosen. When all of them together cannot cover the deficit, all of them are chosen: a job
-    stopped with a reason is better off than one that meets ENOSPC.
+    first (what a job still writes is what would take the volume further down, and the most
+    left to write is the least done), then the newest. Each counts what stopping it frees
+    (:attr:`Claim.frees`). A reservation with nothing left to write is never chosen: it takes
+    nothing more, and stopping it would only throw away finished work. When all of them
+    together cannot cover the deficit, all of them are chosen: a job stopped with a reason is
+    better off than one that meets ENOSPC.
     """
     if deficit <= 0:
         return ()
@@ -177,5 +206,5 @@ def choose_at_risk(deficit: int, claims: Sequence[Claim]) -> tuple[str, ...]:
         if covered >= deficit:
             break
         chosen.append(claim.id)
-        covered += claim.outstanding
+        covered += claim.frees
     return tuple(chosen)
