@@ -768,9 +768,9 @@ def doctor(as_json: JsonOpt = False) -> None:
         console = Console()
         style = {"ok": "green", "warn": "yellow", "fail": "bold red"}
         for c in checks:
-            line = Text(f"{c.verdict:>4}  ", style=style[c.verdict]) + Text(
-                f"{c.name}: {c.message}"
-            )
+            # A message of several lines (a policy's problems) goes on under the first's text.
+            message = c.message.replace("\n", "\n      ")
+            line = Text(f"{c.verdict:>4}  ", style=style[c.verdict]) + Text(f"{c.name}: {message}")
             console.print(line)
             if c.fix and c.verdict != "ok":
                 console.print(Text(f"      fix: {c.fix}", style="dim"))
@@ -860,7 +860,7 @@ def policy_show(as_json: JsonOpt = False) -> None:
 def policy_validate(
     file: Annotated[Path, typer.Argument(help="Policy file to check.")],
 ) -> None:
-    """Check a policy file; exit 0 if it loads, 2 with the file, key and reason if not."""
+    """Check a policy file; exit 0 if it loads, 2 with every problem (key, value, wanted) if not."""
     from janitor.policy import load_policy
     from janitor.settings import Settings
 
@@ -883,7 +883,8 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the `janitor` console script: errors become one line and an exit code.
 
     Usage errors are click's (exit 2 with the usage line); the library's errors carry their own
-    exit code (2 bad input, 75 no space) and print as one line, never a traceback.
+    exit code (2 bad input, 75 no space) and print as one line, never a traceback. A policy
+    with several problems is the exception: a line naming the file, then one per problem.
     """
     # Most commands live a few hundred milliseconds and leave no cyclic garbage that matters,
     # yet the cyclic GC walked the objects their imports made again and again while starting,

@@ -8,6 +8,7 @@ All of them pickle, so they cross process boundaries (multiprocessing workers) i
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
@@ -44,7 +45,18 @@ class ConfigError(JanitorError, ValueError):
 
 
 class PolicyError(ConfigError):
-    """A policy file that cannot be loaded; the message names the file, the key and the reason."""
+    """A policy file that cannot be loaded; the message names the file and every problem.
+
+    ``problems``: one line per problem (key, value written, what is wanted); empty when the
+    file itself could not be read or parsed as TOML.
+    """
+
+    def __init__(self, message: str, problems: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.problems: tuple[str, ...] = tuple(problems)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.problems))
 
 
 class UnknownTree(ConfigError):

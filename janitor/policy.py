@@ -18,15 +18,16 @@ Paths expand ``${VAR}``, ``${VAR:-fallback}``, ``~`` and the placeholders ``{use
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import pairwise
+from datetime import date, time
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NoReturn
 
 from pydantic import (
     BaseModel,
@@ -34,9 +35,12 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from janitor.errors import ConfigError, PolicyError, UnknownTree
 from janitor.sizes import format_size, parse_duration, parse_size
@@ -103,6 +107,12 @@ FORBIDDEN_SUBTREES = (
 _PLACEHOLDER_RE = re.compile(r"(?<!\$)\{([a-z_]+)\}")
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_BARE_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+_SIZE_EXAMPLES = '"500M", "2G", "1.5GiB", "5%" or a number of bytes'
+_DURATION_EXAMPLES = '"90s", "5m", "2h", "7d" or a number of seconds'
+#: A bad policy lists this many problems, then says how many more there are.
+MAX_PROBLEMS_SHOWN = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,28 +134,44 @@ class SizeSpec:
 
     @classmethod
     def parse(cls, value: Any) -> SizeSpec:
-        """``"5%"`` or anything :func:`janitor.sizes.parse_size` takes (zero allowed)."""
+        """``"5%"`` or anything :func:`janitor.sizes.parse_size` takes (zero allowed).
+
+        The ValueError's reason leaves the value out: a policy's report shows it by the key.
+        """
         if isinstance(value, SizeSpec):
             return value
         if isinstance(value, str) and value.strip().endswith("%"):
             try:
                 pct = float(value.strip()[:-1])
             except ValueError:
-                raise ValueError(f"{value!r} is not a percentage") from None
+                raise ValueError(f"not a percentage; use e.g. {_SIZE_EXAMPLES}") from None
             if not 0 <= pct <= 100:
-                raise ValueError(f"{value!r} must be between 0% and 100%")
+                raise ValueError("a percentage must be between 0% and 100%")
             return cls(percent=pct)
         try:
             return cls(nbytes=parse_size(value, allow_zero=True))
         except ConfigError as exc:
-            raise ValueError(str(exc)) from None
+            if isinstance(value, str) and value.strip().startswith("-"):
+                try:  # "-4MiB" is a size with a sign, which is more use to say than "not a size"
+                    parse_size(value.strip()[1:])
+                    raise ValueError("must be zero or positive") from None
+                except ConfigError:
+                    pass
+            # parse_size says "size <value> <why>"; only the why is wanted here.
+            why = str(exc).removeprefix(f"size {value!r} ")
+            if why.startswith("is not a size"):
+                why = f"not a size; use e.g. {_SIZE_EXAMPLES}"
+            raise ValueError(why) from None
 
 
 def _duration(value: Any) -> float:
     try:
         return parse_duration(value)
     except ConfigError as exc:
-        raise ValueError(str(exc)) from None
+        why = str(exc).removeprefix(f"duration {value!r} ")
+        if why.startswith("is not a duration"):
+            why = f"not a duration; use e.g. {_DURATION_EXAMPLES}"
+        raise ValueError(why) from None
 
 
 Size = Annotated[SizeSpec, BeforeValidator(SizeSpec.parse)]
@@ -174,7 +200,7 @@ def expand_path(raw: str) -> Path:
     text = _ENV_RE.sub(env, text)
     path = Path(os.path.expanduser(text))
     if not path.is_absolute():
-        raise ValueError(f"path {raw!r} must be absolute (or start with ~ or a placeholder)")
+        raise ValueError("not an absolute path; start it with /, ~ or a placeholder such as {home}")
     return Path(os.path.normpath(path))
 
 
@@ -196,6 +222,34 @@ def _placeholder(m: re.Match[str]) -> str:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Loc = tuple[str | int, ...]
+
+
+def _problem(loc: Loc, reason: str, value: Any = None) -> InitErrorDetails:
+    """One problem at ``loc`` (relative to the model being validated), in our own words."""
+    # The reason goes in through the context, so a literal {key} in it stays as it is.
+    return InitErrorDetails(
+        type=PydanticCustomError("policy", "{reason}", {"reason": reason}), loc=loc, input=value
+    )
+
+
+def _again(err: ErrorDetails) -> InitErrorDetails:
+    """An error from a nested validation, to raise again alongside others, as it was.
+
+    pydantic-core rebuilds only its own kinds of error by name (not pydantic's ``path_type``,
+    nor ours), so each comes back as a custom error with the same type, message and context.
+    """
+    ctx = {**err.get("ctx", {}), "reason": err["msg"]}
+    return InitErrorDetails(
+        type=PydanticCustomError(err["type"], "{reason}", ctx), loc=err["loc"], input=err["input"]
+    )
+
+
+def _raise(title: str, problems: list[InitErrorDetails]) -> NoReturn:
+    """Raise every problem at once: pydantic keeps each, prefixing the key it was found under."""
+    raise ValidationError.from_exception_data(title, problems)
 
 
 class VolumePolicy(_Model):
@@ -284,15 +338,25 @@ class TreePolicy(_Model):
                 raise ValueError(f"{text} cannot be a tree root: it is inside {sub}")
         return value
 
+    @field_validator("quota")
+    @classmethod
+    def _positive(cls, value: SizeSpec | None) -> SizeSpec | None:
+        if value is not None and value.percent is None and value.nbytes == 0:
+            raise ValueError("must be positive (leave quota out for no quota)")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> TreePolicy:
-        if self.quota is not None and self.quota.percent is None and self.quota.nbytes == 0:
-            raise ValueError("quota must be positive (leave it out for no quota)")
+        problems = []
         low, quota = self.low_watermark.nbytes, self.quota.nbytes if self.quota else None
         if low is not None and quota is not None and low > quota:
-            raise ValueError("low_watermark must not exceed quota")
+            why = f"must not exceed quota ({self.quota})"
+            problems.append(_problem(("low_watermark",), why, str(self.low_watermark)))
         if self.lock and "{key}" in self.lock and not self.group:
-            raise ValueError("lock uses {key} but the tree has no group pattern")
+            why = "uses {key} but the tree has no group pattern"
+            problems.append(_problem(("lock",), why, self.lock))
+        if problems:
+            _raise("TreePolicy", problems)
         return self
 
     def quota_bytes(self, volume_total: int) -> int | None:
@@ -325,19 +389,50 @@ class Policy(_Model):
             data = {**data, "trees": trees}
         return data
 
-    @model_validator(mode="after")
-    def _check(self) -> Policy:
-        for name in self.trees:
-            if not _NAME_RE.match(name):
-                raise ValueError(f"tree name {name!r} may hold only letters, digits, _ . -")
-        for name, vol in self.volumes.items():
-            if vol.path is None:
-                raise ValueError(f"volumes.{name} needs a path on the volume it applies to")
-        roots = sorted((t.path, n) for n, t in self.trees.items())
-        for (a, an), (b, bn) in pairwise(roots):
-            if a == b or b.is_relative_to(a):
-                raise ValueError(f"trees {an!r} and {bn!r} overlap ({a} holds {b})")
-        return self
+    @field_validator("volumes")
+    @classmethod
+    def _volume_paths(cls, value: dict[str, VolumePolicy]) -> dict[str, VolumePolicy]:
+        missing = [name for name, vol in value.items() if vol.path is None]
+        if missing:
+            why = f"missing; wanted {_WANTED['volumes.path']}"
+            _raise("volumes", [_problem((name, "path"), why) for name in missing])
+        return value
+
+    @field_validator("trees", mode="wrap")
+    @classmethod
+    def _check_trees(
+        cls, value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+    ) -> dict[str, TreePolicy]:
+        """Each tree's problems, and those between the trees that are valid, all at once.
+
+        A tree with a bad key still has its name checked and the other trees their overlaps,
+        so one run of ``janitor policy validate`` lists everything there is to fix.
+        """
+        if not isinstance(value, dict):
+            return handler(value)  # type: ignore[no-any-return]  # pydantic says: not a table
+        problems = [
+            _problem((name,), "a tree's name may hold only letters, digits, _ . -")
+            for name in value
+            if not _NAME_RE.match(name)
+        ]
+        trees: dict[str, TreePolicy] = {}
+        try:
+            trees = handler(value)
+            roots = {name: tree.path for name, tree in trees.items()}
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            problems += [_again(err) for err in errors]
+            # Overlaps are checked among the trees whose path is good (their table may not be).
+            bad_paths = {err["loc"][0] for err in errors if err["loc"][1:2] in (("path",), ())}
+            roots = _roots({n: b for n, b in value.items() if n not in bad_paths})
+        problems += _overlaps(roots)
+        problems += _holding_state(roots, (info.context or {}).get("state_dir"))
+        if problems:
+            # In the file's order, each tree's problems together (a stable sort).
+            order = {name: i for i, name in enumerate(value)}
+            problems.sort(key=lambda p: order.get(p["loc"][0], -1) if p["loc"] else -1)
+            _raise("trees", problems)
+        return trees
 
     def tree(self, name: str) -> TreePolicy:
         """The named tree; UnknownTree with the list of valid names otherwise."""
@@ -367,8 +462,50 @@ def _device_of(path: Path) -> int:
     return device_of(path)
 
 
+def _roots(bodies: dict[str, Any]) -> dict[str, Path]:
+    """The roots of trees whose path validated, though another key of theirs may not have."""
+    roots = {}
+    for name, body in bodies.items():
+        try:
+            roots[name] = expand_path(body["path"])
+        except (KeyError, TypeError, ValueError):
+            continue  # not a table, or no path: reported already, and nothing to compare
+    return roots
+
+
+def _overlaps(roots: dict[str, Path]) -> list[InitErrorDetails]:
+    """A problem for each tree whose root is another's, or inside another's."""
+    ordered = sorted((path, name) for name, path in roots.items())
+    problems = []
+    for j, (b, bn) in enumerate(ordered):
+        # Sorted, so the roots that could hold b come before it; the nearest one is named.
+        for a, an in reversed(ordered[:j]):
+            if a == b or b.is_relative_to(a):
+                where = "the same folder as" if a == b else "inside"
+                why = f"{where} the root of trees.{_key_part(an)} ({a}); trees must not overlap"
+                problems.append(_problem((bn, "path"), why, str(b)))
+                break
+    return problems
+
+
+def _holding_state(roots: dict[str, Path], state_dir: Path | None) -> list[InitErrorDetails]:
+    """A problem for each tree that holds the janitor's state dir: a sweep could delete it."""
+    if state_dir is None:
+        return []
+    return [
+        _problem(
+            (name, "path"),
+            f"holds the janitor's state dir {state_dir}; "
+            "choose another root or move JANITOR_STATE_DIR",
+            str(root),
+        )
+        for name, root in roots.items()
+        if state_dir == root or state_dir.is_relative_to(root)
+    ]
+
+
 def load_policy(path: Path, *, state_dir: Path | None = None) -> Policy:
-    """Read and validate a policy file; PolicyError names the file, the key and the reason.
+    """Read and validate a policy file; PolicyError names the file and lists every problem.
 
     ``state_dir``: a tree that holds it is refused, so a sweep can never delete the ledger.
     """
@@ -382,33 +519,218 @@ def load_policy(path: Path, *, state_dir: Path | None = None) -> Policy:
     except IsADirectoryError:
         raise PolicyError(f"policy file {path} is a folder; name a .toml file") from None
     except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"policy file {path} is not valid TOML: {exc}") from None
+        raise PolicyError(f"policy file {path} is not valid TOML: {_toml_reason(exc)}") from None
     except OSError as exc:
         raise PolicyError(f"policy file {path} cannot be read: {exc.strerror}") from None
+    state = None if state_dir is None else Path(os.path.normpath(os.path.abspath(state_dir)))
     try:
-        policy = Policy.model_validate({**data, "source": path})
+        return Policy.model_validate({**data, "source": path}, context={"state_dir": state})
     except ValidationError as exc:
-        raise PolicyError(describe_error(path, exc)) from None
-    if state_dir is not None:
-        state = Path(os.path.normpath(os.path.abspath(state_dir)))
-        for name, tree in policy.trees.items():
-            if state == tree.path or state.is_relative_to(tree.path):
-                raise PolicyError(
-                    f"policy file {path}: key 'trees.{name}.path': {tree.path} holds the "
-                    f"janitor's state dir {state}; choose another root or move JANITOR_STATE_DIR"
-                )
-    return policy
+        errors = exc.errors(include_url=False)
+        # In the file's order of tables: pydantic puts unknown keys after all the known ones.
+        order = {key: i for i, key in enumerate(data)}
+        errors.sort(key=lambda err: order.get(str(err["loc"][0]), -1) if err["loc"] else -1)
+        problems = [_describe(err, data) for err in errors]
+        raise PolicyError(_report(path, problems), problems) from None
 
 
-def describe_error(path: Path, exc: ValidationError) -> str:
-    """One line: the file, the dotted key and pydantic's reason."""
-    err = exc.errors(include_url=False)[0]
-    loc = [str(p) for p in err["loc"] if not str(p).startswith("function-")]
-    key = ".".join(loc) or "(top level)"
-    msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-    if err["type"] == "extra_forbidden":
-        msg = "unknown key (check its spelling against the README)"
-    elif err["type"] == "missing":
-        msg = "required key is missing"
-    more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-    return f"policy file {path}: key {key!r}: {msg}{more}"
+def _report(path: Path, problems: list[str]) -> str:
+    """The file and its one problem on one line; or a line naming the file, then one per problem.
+
+    At most :data:`MAX_PROBLEMS_SHOWN` problems are listed; a last line counts the rest.
+    """
+    if len(problems) == 1:
+        return f"policy file {path}: {problems[0]}"
+    shown = problems[:MAX_PROBLEMS_SHOWN]
+    lines = [f"policy file {path} has {len(problems)} problems:", *(f"  {p}" for p in shown)]
+    rest = len(problems) - len(shown)
+    if rest:
+        lines.append(f"  ... and {rest} more problem{'s' if rest > 1 else ''}")
+    return "\n".join(lines)
+
+
+def _toml_reason(exc: tomllib.TOMLDecodeError) -> str:
+    """tomllib's reason, its "(at line L, column C)" first, where a person looks for it."""
+    m = re.fullmatch(r"(.*) \(at (line \d+, column \d+|end of document)\)", str(exc))
+    if not m:
+        return str(exc)
+    reason, where = m.groups()
+    if reason == "Illegal character '\\n'":
+        reason += " (is a closing quote missing?)"
+    # "Cannot declare ('trees', 't') twice": a key as the file spells it, not a Python tuple.
+    reason = re.sub(r"\((?:'[^'\\]*', )*'[^'\\]*',?\)", _table_header, reason)
+    return f"{where}: {reason}"
+
+
+def _table_header(m: re.Match[str]) -> str:
+    import ast  # only for a file that is not TOML: kept off the start-up of every command
+
+    keys = ast.literal_eval(m.group(0))
+    return "[" + ".".join(_key_part(k) for k in keys) + "]"
+
+
+# -- problems in our words -------------------------------------------------------------------
+
+_SIZE = f"a size such as {_SIZE_EXAMPLES}"
+_DURATION = f"a duration such as {_DURATION_EXAMPLES}"
+_GLOBS = 'a list of globs in quotes, e.g. ["*.wav"]'
+#: What each key wants, in plain words ("volumes.path", "tree.path": the same name, two meanings).
+_WANTED = {
+    "tree.path": 'a folder path in quotes, e.g. "{user_cache_dir}/pip"',
+    "volumes.path": 'any path on the volume these numbers are for, e.g. "/mnt/data"',
+    "role": '"cache" or "scratch"',
+    "units": '"file" or "dir"',
+    "quota": _SIZE,
+    "low_watermark": _SIZE,
+    "floor": _SIZE,
+    "free_low": _SIZE,
+    "free_target": _SIZE,
+    "ballast": _SIZE,
+    "horizon": _DURATION,
+    "min_age": _DURATION,
+    "max_age": _DURATION,
+    "orphan_age": _DURATION,
+    "include": _GLOBS,
+    "exclude": _GLOBS,
+    "include[]": 'a glob in quotes, e.g. "*.wav"',
+    "exclude[]": 'a glob in quotes, e.g. "*.tmp"',
+    "unit_glob": 'a glob in quotes, e.g. ".tmp*"',
+    "unit_requires": 'a list of file names in quotes, e.g. ["done"]',
+    "unit_requires[]": 'a file name in quotes, e.g. "done"',
+    # In single quotes, as TOML wants a backslash written: '\.' in double quotes is an error.
+    "group": "a regular expression with a group named key, e.g. '(?P<key>.+)\\.wav'",
+    "lock": 'a lock file name in quotes, e.g. "{key}.lock"',
+}
+
+
+def _kind(loc: Loc) -> tuple[str, Loc]:
+    """Which table a location is in ("policy", "volume", "volumes" or "tree"), and the rest."""
+    if not loc or loc[0] not in ("volume", "volumes", "trees"):
+        return "policy", loc
+    if loc[0] == "volume":
+        return "volume", loc[1:]
+    return ("tree" if loc[0] == "trees" else "volumes"), loc[2:]
+
+
+def _keys(kind: str) -> list[str]:
+    """The keys a table of this kind takes, in the order the README lists them."""
+    if kind == "policy":
+        return ["volume", "volumes", "trees"]
+    if kind == "tree":
+        return [k for k in TreePolicy.model_fields if k != "name"]
+    # [volume] takes no path: it is the default for every volume.
+    return [k for k in VolumePolicy.model_fields if kind == "volumes" or k != "path"]
+
+
+def _key_part(part: str | int) -> str:
+    return part if isinstance(part, str) and _BARE_KEY_RE.match(part) else json.dumps(part)
+
+
+def _shown(value: Any) -> str:
+    """A value as TOML spells it, so the line shows what was written; a long list is cut short."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+    elif isinstance(value, list):
+        text = "[" + ", ".join(_shown(v) for v in value) + "]"
+    elif isinstance(value, dict):
+        text = "{" + ", ".join(f"{_key_part(k)} = {_shown(v)}" for k, v in value.items()) + "}"
+    elif isinstance(value, date | time):
+        text = value.isoformat()
+    else:
+        text = str(value)
+    # Long enough for any real path, which must be seen whole to be found.
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+_MISSING = object()
+
+
+def _written(data: Any, loc: Loc) -> Any:
+    """The value the file holds at ``loc``, or _MISSING."""
+    for part in loc:
+        if not isinstance(data, dict | list):
+            return _MISSING
+        try:
+            data = data[part]  # type: ignore[index]  # a str for a table, an int for a list
+        except (KeyError, IndexError, TypeError):
+            return _MISSING
+    return data
+
+
+def _describe(err: ErrorDetails, data: dict[str, Any]) -> str:
+    """One pydantic error as a line: the key, the value written and what is wanted, plainly.
+
+    ``data`` is the TOML as read, so the value shown is the one in the file.
+    """
+    loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
+    item = loc[-1] + 1 if loc and isinstance(loc[-1], int) else None
+    key_loc = loc[:-1] if item is not None else loc
+    key = ".".join(_key_part(p) for p in key_loc)
+    if item is not None:
+        key += f" (item {item})"
+    kind, rest = _kind(key_loc)
+    field = str(rest[0]) if len(rest) == 1 else None
+    value = _written(data, loc)
+    reason = _reason(err, kind, field, item is not None, key_loc, value)
+    if isinstance(value, dict) or (not key_loc and value is _MISSING):
+        return f"[{key}]: {reason}" if key else reason
+    if value is _MISSING:
+        return f"{key}: {reason}"
+    return f"{key} = {_shown(value)}: {reason}"
+
+
+def _reason(
+    err: ErrorDetails, kind: str, field: str | None, item: bool, loc: Loc, value: Any
+) -> str:
+    """Why, and what is wanted, in the words of the README rather than pydantic's."""
+    kind_of_error = err["type"]
+    wanted = None
+    if field is not None:
+        wanted = _WANTED.get(f"{field}[]" if item else field) or _WANTED.get(f"{kind}.{field}")
+    if kind_of_error == "policy":
+        return err["msg"]
+    if kind_of_error in ("value_error", "assertion_error"):
+        return str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    if kind_of_error == "extra_forbidden":
+        return _unknown_key(kind, str(loc[-1]), isinstance(value, dict))
+    if kind_of_error == "missing":
+        return f"missing; wanted {wanted}" if wanted else "missing"
+    if kind_of_error in ("model_type", "model_attributes_type", "dict_type"):
+        return f"wanted {_table_wanted(loc)}"
+    if wanted:
+        return f"wanted {wanted}"
+    # Not expected (every key above has words); pydantic's, without its jargon.
+    msg = re.sub(r"<class '([^']*)'>", r"\1", str(err["msg"]))
+    return msg.replace("Input should be", "wanted").replace("Input is", "it is")
+
+
+def _table_wanted(loc: Loc) -> str:
+    if loc == ("trees",) or loc == ("volumes",):
+        return f"tables such as [{loc[0]}.NAME]"
+    if len(loc) == 2 and loc[0] == "trees":
+        return f"a table [trees.{_key_part(loc[1])}] with a role and a path"
+    return f"a table [{'.'.join(_key_part(p) for p in loc)}]"
+
+
+def _unknown_key(kind: str, key: str, is_table: bool) -> str:
+    """Unknown key: the nearest match, else where it belongs, else the keys this table takes."""
+    import difflib
+
+    allowed = _keys(kind)
+    what = "table" if kind == "policy" and is_table else "key"
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    if close:
+        near = f"[{close[0]}]" if kind == "policy" and is_table else close[0]
+        return f"unknown {what}; did you mean {near}?"
+    if kind == "policy":
+        if key in _keys("volume"):
+            return f"unknown key here; {key} belongs in [volume] (or a [volumes.NAME] table)"
+        if key in _keys("tree"):
+            return f"unknown key here; {key} belongs in a [trees.NAME] table"
+        return f"unknown {what}; a policy holds the tables [volume], [volumes.NAME], [trees.NAME]"
+    if kind != "tree" and key in _keys("tree"):
+        return f"unknown key here; {key} belongs in a [trees.NAME] table"
+    table = {"tree": "[trees.NAME]", "volume": "[volume]", "volumes": "[volumes.NAME]"}[kind]
+    return f"unknown key; {table} takes {', '.join(allowed)}"

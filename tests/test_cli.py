@@ -416,6 +416,56 @@ def test_policy_validate(tmp_path: Path, run_cli_many: Any) -> None:
     assert "missing.toml" in _bad(missing)
 
 
+ISSUE_POLICY = (
+    '[volume]\nfloor = "4MiB"\n\n[trees.media]\nrole = "cache"\npath = 5\nquota = \'lots\'\n'
+)
+
+
+def test_a_bad_policy_names_every_problem_in_our_words(
+    tmp_path: Path, run_cli_many: Any, janitor_env: JanitorEnv
+) -> None:
+    """``janitor policy validate``, and any command that loads the policy, list each problem:
+    the file first, then one indented line per key, exit 2, nothing on stdout or on disk."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(ISSUE_POLICY)
+    before = sorted(janitor_env.root.rglob("*"))
+    results = run_cli_many(
+        [
+            ("policy", "validate", bad),
+            (("status",), {"JANITOR_POLICY": str(bad)}),
+            ("--policy", bad, "reserve", "media", "1M"),
+        ]
+    )
+    expected = [
+        f"janitor: error: policy file {bad} has 2 problems:",
+        '  trees.media.path = 5: wanted a folder path in quotes, e.g. "{user_cache_dir}/pip"',
+        '  trees.media.quota = "lots": not a size; use e.g. "500M", "2G", "1.5GiB", "5%" or a '
+        "number of bytes",
+    ]
+    for done in results:
+        assert done.returncode == 2, done.stderr
+        assert done.stdout == ""
+        assert done.stderr.splitlines() == expected
+    assert sorted(janitor_env.root.rglob("*")) == before
+    assert not janitor_env.ledger.exists()
+    assert bad.read_text() == ISSUE_POLICY
+
+
+def test_a_bad_policy_with_many_problems_lists_ten(tmp_path: Path, run_cli: Cli) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("".join(f'[trees.t{i}]\nrole = "junk"\npath = 5\n' for i in range(6)))
+    done = run_cli("policy", "validate", bad)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.splitlines()
+    assert lines[0] == f"janitor: error: policy file {bad} has 12 problems:"
+    assert lines[1:3] == [
+        '  trees.t0.role = "junk": wanted "cache" or "scratch"',
+        '  trees.t0.path = 5: wanted a folder path in quotes, e.g. "{user_cache_dir}/pip"',
+    ]
+    assert len(lines) == 12 and lines[-1] == "  ... and 2 more problems"
+
+
 # -- bad input: exit 2, one line, ledger untouched -------------------------------------------------
 
 BAD_INPUT = [

@@ -231,6 +231,24 @@ def test_doctor_bad_policy_fails_without_traceback(
     assert any(ln.split()[:2] == ["fail", "policy:"] for ln in human.stdout.splitlines())
 
 
+def test_doctor_lists_each_problem_of_a_bad_policy_under_its_check(
+    run_cli: Cli, dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    policy = tmp_path / "bad-policy.toml"
+    policy.write_text("[trees.media]\nrole = \"cache\"\npath = 5\nquota = 'lots'\n")
+    env = {"JANITOR_POLICY": str(policy), "COLUMNS": "300"}  # rich wraps at 80 columns
+    message = by_name(json.loads(run_cli("doctor", "--json", env=env).stdout))["policy"]["message"]
+    lines = message.splitlines()
+    assert lines[0] == f"policy file {policy} has 2 problems:"
+    assert lines[1].startswith("  trees.media.path = 5: ")
+    assert lines[2].startswith('  trees.media.quota = "lots": ')
+
+    human = run_cli("doctor", env=env).stdout.splitlines()
+    at = next(i for i, ln in enumerate(human) if ln.split()[:2] == ["fail", "policy:"])
+    # Under the message, not at the left margin where the next check's verdict goes.
+    assert human[at + 1 : at + 3] == [" " * 6 + lines[1], " " * 6 + lines[2]]
+
+
 def test_doctor_missing_policy_file_fails(
     run_cli: Cli, dirs: dict[str, Path], tmp_path: Path
 ) -> None:
