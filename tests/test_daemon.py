@@ -200,7 +200,7 @@ def test_a_volume_below_its_floor_turns_critical_and_everyone_hears_of_it(
         setup.apply_env(monkeypatch)
         jan = Janitor.from_settings()
         try:
-            py = jan.reserve("cache", "1MiB", job="py-worker")
+            py = jan.reserve("cache", "4MiB", job="py-worker")
             py.check()  # fine for now
             assert setup.run_cli("check", "--reservation", rid).returncode == 0
 
@@ -223,8 +223,10 @@ def test_a_volume_below_its_floor_turns_critical_and_everyone_hears_of_it(
                 assert released.data["volume"] == mount
                 assert released.data["bytes"] >= ballast
                 assert not setup.ballast.exists()
-                for res in (rid, py.id):
-                    ev.wait_for("at-risk", lambda e, res=res: e["reservation"] == res)
+                # 7 MiB free must hold 5 MiB still to write plus half the floor: 2 MiB short.
+                # Stopping the 4 MiB job covers it; the 1 MiB job goes on.
+                risk = ev.wait_for("at-risk")
+                assert risk.data["reservation"] == py.id and risk.data["deficit"] == 2 * MiB
 
                 # status.json (atomically replaced in the runtime dir)
                 eventually(
@@ -235,18 +237,20 @@ def test_a_volume_below_its_floor_turns_critical_and_everyone_hears_of_it(
                 assert vs is not None and vs["ballast"] == 0 and vs["free"] < floor
                 # the API
                 with d.client() as c:
-                    got = c.get(f"/v1/reservations/{rid}").json()
+                    got = c.get(f"/v1/reservations/{py.id}").json()
                     assert got["at_risk"] and "critical" in got["at_risk"]
-                    assert c.get(f"/v1/reservations/{py.id}").json()["at_risk"]
+                    assert c.get(f"/v1/reservations/{rid}").json()["at_risk"] is None
                     st = c.get("/v1/status").json()
                     assert st["level"] == "critical"
-                # the CLI: stop the job (EX_TEMPFAIL)
-                done = setup.run_cli("check", "--reservation", rid)
+                    assert [r["id"] for r in st["reservations"] if r["at_risk"]] == [py.id]
+                # the CLI: stop the job (EX_TEMPFAIL), and only that one
+                done = setup.run_cli("check", "--reservation", py.id)
                 assert done.returncode == 75, done.stderr
                 assert "at risk" in done.stderr
-                done = setup.run_cli("check", "--reservation", rid, "--json")
+                done = setup.run_cli("check", "--reservation", py.id, "--json")
                 assert done.returncode == 75
                 assert json.loads(done.stdout)["at_risk"]
+                assert setup.run_cli("check", "--reservation", rid).returncode == 0
                 # the Python API
                 with pytest.raises(SpaceRisk) as exc:
                     py.check()
@@ -255,11 +259,21 @@ def test_a_volume_below_its_floor_turns_critical_and_everyone_hears_of_it(
                 # the metrics
                 metrics = d.metrics()
                 assert f'janitor_volume_level{{volume="{mount}"}} 2.0' in metrics
+                assert f'janitor_reservations_at_risk{{volume="{mount}"}} 1.0' in metrics
                 assert f'janitor_ballast_bytes{{volume="{mount}"}} 0.0' in metrics
 
-                # Partly back: ok after settle_s, but no room for the ballast yet.
+                # Partly back: at once above the floor, so nobody is at risk any more, while
+                # the damped level (for alerts) says ok only after settle_s; no room for the
+                # ballast yet.
                 t_partial = time.time()
                 os.unlink(setup.mount / "filler_b")
+                py.check()
+                with d.client() as c:
+                    assert c.get(f"/v1/reservations/{py.id}").json()["at_risk"] is None
+                    assert all(
+                        r["at_risk"] is None for r in c.get("/v1/status").json()["reservations"]
+                    )
+                ev.wait_for("risk-cleared", lambda e: e["reservation"] == py.id)
                 ok = ev.wait_for("level", lambda e: e["level"] == "ok", timeout=20)
                 assert ok.data["previous"] in ("critical", "warn")
                 # Damped: no all-clear before settle_s of calm (less a sample's own duration:
