@@ -79,6 +79,14 @@ class RenewRequest(BaseModel):
     ttl: float | str | None = None
 
 
+class GrowRequest(BaseModel):
+    """The reservation's new total size: an integer or a size such as ``"3G"``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bytes: int | str = Field(description="New total (not an increment): bytes or 500M, 2G.")
+
+
 class SweepRequest(BaseModel):
     """Which tree to sweep (all when absent), and whether only to plan."""
 
@@ -106,6 +114,7 @@ class ReservationOut(BaseModel):
     ended: float | None
     at_risk: str | None
     outstanding: int
+    command_pid: int | None = None
 
 
 class RefusalOut(BaseModel):
@@ -260,6 +269,9 @@ class _Calls:
     def renew(self, rid: str, ttl: float | str | None) -> bytes:
         return _reservation_body(self.daemon.janitor.renew(rid, ttl))
 
+    def grow(self, rid: str, nbytes: int | str) -> bytes:
+        return _reservation_body(self.daemon.janitor.grow(rid, nbytes))
+
 
 def serve_app(daemon: Daemon, offload: Offload) -> ASGIApp:
     """What the daemon serves: :func:`create_app` with its blocking calls in ``offload``."""
@@ -327,6 +339,19 @@ def create_app(daemon: Daemon, offload: Offload | None = None) -> FastAPI:
     async def renew(rid: str, req: Annotated[RenewRequest | None, Body()] = None) -> Any:
         """Push a live reservation's expiry to now + ttl."""
         return _json(await off.run(calls.renew, rid, None if req is None else req.ttl))
+
+    @app.post(
+        "/v1/reservations/{rid}/grow",
+        response_model=ReservationOut,
+        responses={
+            507: {"model": RefusalOut, "description": "Refused: the rest does not fit"},
+            **errors,
+        },
+    )
+    async def grow(rid: str, req: GrowRequest) -> Any:
+        """Raise a live reservation to a new total, if the volume has room for the rest
+        (a writer that learns its size late); 507 with the refusal's numbers if not."""
+        return _json(await off.run(calls.grow, rid, req.bytes))
 
     # These answers can be large (every reservation; every unit a sweep planned): they are
     # encoded in the worker too, as FastAPI would (jsonable_encoder, then JSONResponse's JSON).

@@ -233,6 +233,31 @@ def renew(
     _say(f"renewed {info.id}; lapses in {format_duration(info.expires - time.time())}")
 
 
+@app.command()
+def grow(
+    reservation_id: Annotated[str, typer.Argument(metavar="ID", help="Reservation id.")],
+    size: Annotated[str, typer.Argument(help="New total size: 3G, 1.5GiB, bytes.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Raise a live reservation to SIZE in all, if the rest fits (exit 75 if refused).
+
+    For a writer that learns its size late: reserve what is known, grow when it is not enough.
+    """
+    from janitor.errors import ReservationRefused
+    from janitor.sizes import format_size
+
+    jan = _janitor()
+    try:
+        info = jan.grow(reservation_id, size)
+    except ReservationRefused as exc:
+        if as_json:
+            _print_json(exc.as_dict())
+        _fail(f"cannot grow {reservation_id}: {exc}", EXIT_TEMPFAIL)
+    if as_json:
+        _print_json(info.as_dict())
+    _say(f"grew {info.id} to {format_size(info.bytes)} on {info.tree!r} ({info.volume})")
+
+
 @app.command(context_settings={"ignore_unknown_options": True})
 def check(
     tree: Annotated[str | None, typer.Argument(help="Tree whose volume would be written.")] = None,

@@ -188,7 +188,9 @@ class Janitor:
         return info
 
     def grow(self, reservation_id: str, nbytes: int | str) -> ReservationInfo:
-        """Raise a live reservation to ``nbytes`` total, or raise ReservationRefused."""
+        """Raise a live reservation to ``nbytes`` in all, for a writer that learns its size late;
+        ReservationRefused (with the numbers) if the rest does not fit. A smaller total gives
+        the difference back."""
         from janitor.reserve import grow_reservation
 
         size = self._size(nbytes)

@@ -630,7 +630,8 @@ def grow_reservation(
     """Raise a live reservation to ``new_bytes`` if the volume still has room for the rest.
 
     Its own written part is already out of free space, so the test is
-    ``free - floor - others >= new_bytes - written``.
+    ``free - floor - others >= new_bytes - written``. A smaller total always succeeds: it
+    gives the difference back.
     """
     now = time.time() if now is None else now
     reap(conn, now)
@@ -645,7 +646,7 @@ def grow_reservation(
     reserved = sum(r.outstanding for r in others)
     written = info.bytes - info.outstanding
     decision = Admission(tree.name, mount, device, new_bytes - written, free, floor, reserved)
-    if not decision.fits:
+    if new_bytes > info.bytes and not decision.fits:
         Ledger.log(
             conn,
             "refuse",
@@ -875,8 +876,14 @@ class Reservation:
         """Extend the TTL to now + ``ttl`` (the janitor's default TTL if None)."""
         self.info = self._janitor.renew(self.id, ttl)
 
+    def grow(self, nbytes: int | str) -> None:
+        """Raise the reservation to ``nbytes`` in all (ReservationRefused if the rest does not
+        fit); a smaller total gives the difference back."""
+        self.info = self._janitor.grow(self.id, nbytes)
+
     def check(self) -> None:
-        """Raise SpaceRisk if the volume is critical or the daemon marked this reservation."""
+        """Raise SpaceRisk if this job must stop: its volume is below the floor and it is
+        among the fewest reservations whose stopping covers what the volume lacks."""
         self._janitor.check_risk(self.info)
 
     def __enter__(self) -> Reservation:

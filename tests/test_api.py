@@ -48,6 +48,7 @@ RESERVATION_KEYS_ORDERED = (
     "ended",
     "at_risk",
     "outstanding",
+    "command_pid",
 )
 RESERVATION_KEYS = set(RESERVATION_KEYS_ORDERED)
 #: The documented JSON shape of a refusal.
@@ -391,6 +392,33 @@ def test_renew_is_200_and_moves_expiry(client: httpx.Client) -> None:
     assert_json_error(client.post(f"/v1/reservations/{rid}/renew"), 404)
 
 
+def test_grow_is_200_then_507_with_the_refusals_numbers(
+    api: tuple[DaemonSetup, Daemon], client: httpx.Client
+) -> None:
+    setup, _ = api
+    rid = reserve(client, bytes="1MiB").json()["id"]
+    r = client.post(f"/v1/reservations/{rid}/grow", json={"bytes": "3MiB"})
+    assert r.status_code == 200, r.text
+    assert set(r.json()) == RESERVATION_KEYS
+    assert r.json()["bytes"] == r.json()["outstanding"] == 3 * MiB
+    r = client.post(f"/v1/reservations/{rid}/grow", json={"bytes": 1024 * MiB})
+    assert r.status_code == 507, r.text
+    assert r.headers.get("retry-after") == "5"
+    body = r.json()
+    assert set(body) == REFUSAL_KEYS and body["error"] == "refused"
+    assert body["requested"] == 1024 * MiB  # nothing of it written yet
+    assert body["shortfall"] == body["requested"] - body["available"] > 0
+    # Refused: the reservation keeps what it had.
+    assert client.get(f"/v1/reservations/{rid}").json()["bytes"] == 3 * MiB
+    # A smaller total gives the difference back.
+    assert client.post(f"/v1/reservations/{rid}/grow", json={"bytes": 4096}).json()["bytes"] == 4096
+    assert_json_error(client.post(f"/v1/reservations/{rid}/grow", json={"bytes": "lots"}), 422)
+    assert_json_error(client.post(f"/v1/reservations/{rid}/grow", json={}), 422)
+    assert client.delete(f"/v1/reservations/{rid}").status_code == 200
+    assert_json_error(client.post(f"/v1/reservations/{rid}/grow", json={"bytes": 8192}), 404)
+    assert_json_error(client.post("/v1/reservations/r-nope/grow", json={"bytes": 8192}), 404)
+
+
 # -- status, sweep --------------------------------------------------------------------------------
 
 
@@ -475,6 +503,7 @@ def test_openapi_lists_the_endpoints(client: httpx.Client) -> None:
         ("/v1/reservations/{rid}", "get"),
         ("/v1/reservations/{rid}", "delete"),
         ("/v1/reservations/{rid}/renew", "post"),
+        ("/v1/reservations/{rid}/grow", "post"),
         ("/v1/status", "get"),
         ("/v1/sweep", "post"),
         ("/v1/events", "get"),

@@ -241,6 +241,26 @@ def test_renew(managed_volume: MakeVolume, run_cli: Cli) -> None:
 # -- refusals and check ----------------------------------------------------------------------------
 
 
+def test_grow_extends_then_refuses_with_75(managed_volume: MakeVolume, run_cli: Cli) -> None:
+    managed_volume(size="64m", floor="8MiB")
+    me = str(os.getpid())
+    rid = run_cli("reserve", "t", "1M", "--owner-pid", me).stdout.strip()
+    done = run_cli("grow", rid, "3M", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["bytes"] == 3 * MiB
+    assert "grew" in one_line_error(done.stderr) and "3 MiB" in done.stderr
+    done = run_cli("grow", rid, "1G", "--json")
+    assert done.returncode == 75
+    refusal = json.loads(done.stdout)
+    assert refusal["error"] == "refused" and refusal["requested"] == 1024 * MiB
+    assert f"cannot grow {rid}" in one_line_error(done.stderr)
+    status = json.loads(run_cli("status", "--json").stdout)
+    assert [r["bytes"] for r in status["reservations"]] == [3 * MiB]  # refused: unchanged
+    done = run_cli("grow", "r-0000000000000000", "2M")
+    assert done.returncode == 2 and "no reservation" in one_line_error(done.stderr)
+    assert run_cli("grow", rid, "lots").returncode == 2
+
+
 def test_refusal_exits_75_with_the_numbers(
     managed_volume: MakeVolume, run_cli_many: Any, fill: Callable[..., Path]
 ) -> None:
