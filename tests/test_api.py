@@ -395,7 +395,7 @@ def test_renew_is_200_and_moves_expiry(client: httpx.Client) -> None:
 def test_grow_is_200_then_507_with_the_refusals_numbers(
     api: tuple[DaemonSetup, Daemon], client: httpx.Client
 ) -> None:
-    setup, _ = api
+    _setup, _ = api
     rid = reserve(client, bytes="1MiB").json()["id"]
     r = client.post(f"/v1/reservations/{rid}/grow", json={"bytes": "3MiB"})
     assert r.status_code == 200, r.text
