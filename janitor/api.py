@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -85,6 +86,47 @@ class GrowRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     bytes: int | str = Field(description="New total (not an increment): bytes or 500M, 2G.")
+
+
+class CoverRequest(BaseModel):
+    """A process the reservation must stay live for (the command run under it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pid: int = Field(ge=1)
+
+
+class WriteIn(BaseModel):
+    """One file a command will write."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(min_length=1, max_length=4096)
+    bytes: int = Field(ge=1)
+
+
+class GuardRequest(BaseModel):
+    """The writes of one command (the guarded ffmpeg's outputs), reserved all or none, and the
+    inputs to touch and pin while it runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outputs: list[WriteIn] = Field(max_length=256)
+    inputs: list[str] = Field(default_factory=list, max_length=256)
+    owner_pid: int = Field(ge=1, description="The guard's pid: its exit ends all of it.")
+    job: str | None = Field(default=None, max_length=200)
+    policy: str | None = Field(
+        default=None, description="The policy the caller expects; 409 if the daemon runs another."
+    )
+
+
+class GuardRelease(BaseModel):
+    """What a guarded call held: its reservations and pins, ended together."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reservations: list[str] = Field(default_factory=list, max_length=256)
+    pins: list[str] = Field(default_factory=list, max_length=256)
 
 
 class SweepRequest(BaseModel):
@@ -272,6 +314,38 @@ class _Calls:
     def grow(self, rid: str, nbytes: int | str) -> bytes:
         return _reservation_body(self.daemon.janitor.grow(rid, nbytes))
 
+    def cover(self, rid: str, pid: int) -> bytes:
+        return _reservation_body(self.daemon.janitor.cover(rid, pid))
+
+    def guard(self, req: GuardRequest) -> tuple[int, bytes]:
+        from janitor.writes import PlannedWrite, open_writes
+
+        jan = self.daemon.janitor
+        if req.policy is not None and os.path.realpath(req.policy) != os.path.realpath(
+            self.daemon.settings.policy_path
+        ):
+            return 409, _dumps(
+                {
+                    "error": "policy_mismatch",
+                    "message": f"the daemon runs policy {self.daemon.settings.policy_path}, "
+                    f"not {req.policy}",
+                }
+            )
+        writes = [PlannedWrite(w.path, w.bytes) for w in req.outputs]
+        try:
+            session = open_writes(
+                jan, writes, inputs=req.inputs, owner_pid=req.owner_pid, job=req.job
+            )
+        except ReservationRefused as exc:
+            return 507, _dumps({**exc.as_dict(), "output": exc.filename})
+        return 200, _dumps(session.as_dict())
+
+    def guard_release(self, req: GuardRelease) -> bytes:
+        from janitor.guard import release_all
+
+        release_all(self.daemon.janitor, req.reservations, req.pins)
+        return _dumps({"reservations": req.reservations, "pins": req.pins})
+
 
 def serve_app(daemon: Daemon, offload: Offload) -> ASGIApp:
     """What the daemon serves: :func:`create_app` with its blocking calls in ``offload``."""
@@ -352,6 +426,35 @@ def create_app(daemon: Daemon, offload: Offload | None = None) -> FastAPI:
         """Raise a live reservation to a new total, if the volume has room for the rest
         (a writer that learns its size late); 507 with the refusal's numbers if not."""
         return _json(await off.run(calls.grow, rid, req.bytes))
+
+    @app.post("/v1/reservations/{rid}/cover", response_model=ReservationOut, responses=errors)
+    async def cover(rid: str, req: CoverRequest) -> Any:
+        """Keep a live reservation live while process ``pid`` runs too (its command)."""
+        return _json(await off.run(calls.cover, rid, req.pid))
+
+    @app.post(
+        "/v1/guard",
+        response_model=dict[str, Any],
+        responses={
+            507: {"model": RefusalOut, "description": "Refused: an output does not fit"},
+            409: {"model": ErrorOut, "description": "The daemon runs another policy"},
+            **errors,
+        },
+    )
+    async def guard(req: GuardRequest) -> Any:
+        """Reserve a command's outputs (all or none, making room first) and pin its cached
+        inputs, for the guarded ffmpeg; 507 names the output that does not fit."""
+        status, body = await off.run(calls.guard, req)
+        if status == 507:
+            return Response(
+                body, status_code=507, media_type="application/json", headers={"Retry-After": "5"}
+            )
+        return _json(body, status)
+
+    @app.post("/v1/guard/release", response_model=dict[str, Any], responses=errors)
+    async def guard_release(req: GuardRelease) -> Any:
+        """End what a guarded call held (reservations and pins already ended are skipped)."""
+        return _json(await off.run(calls.guard_release, req))
 
     # These answers can be large (every reservation; every unit a sweep planned): they are
     # encoded in the worker too, as FastAPI would (jsonable_encoder, then JSONResponse's JSON).

@@ -713,6 +713,85 @@ def emergency(
     )
 
 
+_DryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", "-n", help="Print the file and commands; change nothing.")
+]
+
+
+shim_app = typer.Typer(
+    help="The guarded ffmpeg, first on a server's PATH (protects batchalign3 unchanged).",
+    no_args_is_help=True,
+)
+app.add_typer(shim_app, name="shim")
+
+_ShimDirOpt = Annotated[
+    Path | None,
+    typer.Option("--dir", help="Bin folder for the guard (default: under the user data dir)."),
+]
+
+
+@shim_app.command("install")
+def shim_install(bin_dir: _ShimDirOpt = None, dry_run: _DryRunOpt = False) -> None:
+    """Put a guarded `ffmpeg` into a bin folder of ours; say how to put it first on PATH."""
+    from janitor.settings import Settings
+    from janitor.shim import default_bin_dir, install, path_snippets, state
+
+    settings = Settings.load(_G.config, policy=_G.policy)
+    folder = bin_dir or default_bin_dir()
+    target = install(settings, folder, dry_run=dry_run)
+    now = state(settings, folder)
+    verb = "would write" if dry_run else "installed"
+    _say(f"{verb} the guarded ffmpeg at {target}")
+    if now.real_ffmpeg is None:
+        _say(f"warning: {now.problem}")
+    else:
+        _say(f"it runs the real ffmpeg at {now.real_ffmpeg}")
+    if not now.first_on_path:
+        print(f"Put {folder} first on PATH:")
+        for where, how in path_snippets(folder).items():
+            print(f"  {where}: {how}")
+    else:
+        print(f"{folder} is already first on this shell's PATH")
+
+
+@shim_app.command("status")
+def shim_status(bin_dir: _ShimDirOpt = None, as_json: JsonOpt = False) -> None:
+    """Is the guard installed, current, first on PATH, and which ffmpeg does it run? (exit 1
+    if it would not guard a call from this shell)."""
+    from janitor.settings import Settings
+    from janitor.shim import state
+
+    st = state(Settings.load(_G.config, policy=_G.policy), bin_dir)
+    if as_json:
+        _print_json(st.as_dict())
+    else:
+        print(
+            f"guard {'installed' if st.installed else 'not installed'} in {st.bin_dir}"
+            + (
+                ""
+                if st.current or not st.installed
+                else " (out of date: run `janitor shim install`)"
+            )
+        )
+        print(f"first on PATH: {'yes' if st.first_on_path else 'no'}")
+        print(f"real ffmpeg: {st.real_ffmpeg or st.problem}")
+    if not (st.installed and st.first_on_path and st.real_ffmpeg):
+        raise typer.Exit(EXIT_PROBLEM)
+
+
+@shim_app.command("uninstall")
+def shim_uninstall(bin_dir: _ShimDirOpt = None, dry_run: _DryRunOpt = False) -> None:
+    """Remove the guarded ffmpeg (only a guard of ours is removed)."""
+    from janitor.shim import default_bin_dir, uninstall
+
+    folder = bin_dir or default_bin_dir()
+    removed = uninstall(folder, dry_run=dry_run)
+    if removed is None:
+        _say(f"no guard in {folder}; nothing to do")
+    else:
+        _say(f"{'would remove' if dry_run else 'removed'} {removed}; take {folder} off PATH too")
+
+
 service_app = typer.Typer(
     help="Run the daemon as a service (launchd / systemd).", no_args_is_help=True
 )
@@ -720,9 +799,6 @@ app.add_typer(service_app, name="service")
 
 _PlatformOpt = Annotated[
     str, typer.Option("--platform", hidden=True, help="darwin or linux (default: this one).")
-]
-_DryRunOpt = Annotated[
-    bool, typer.Option("--dry-run", "-n", help="Print the file and commands; change nothing.")
 ]
 
 

@@ -13,34 +13,21 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from janitor.errors import ConfigError, ReservationRefused, SpaceRisk, UnknownReservation
 from janitor.sizes import format_size
 from janitor.space import allocated_size
-from janitor.supervise import Supervised, exit_code
+from janitor.supervise import Supervised, exit_code, forward_signals, restore_signals
 
 if TYPE_CHECKING:
     from janitor.core import Janitor
     from janitor.reserve import Reservation
 
-__all__ = ["FORWARDED_SIGNALS", "ExecResult", "run_guarded"]
-
-#: Signals `janitor exec` passes on to its command.
-FORWARDED_SIGNALS = (
-    signal.SIGTERM,
-    signal.SIGINT,
-    signal.SIGHUP,
-    signal.SIGQUIT,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-)
+__all__ = ["ExecResult", "run_guarded"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +100,7 @@ def _run(
         child = Supervised(command, env=env)
     except OSError as exc:  # e.g. ENOEXEC: an executable file that is no program
         raise ConfigError(f"cannot run {command[0]!r}: {exc.strerror}") from None
-    forwarded = _forward_signals(child)
+    forwarded = forward_signals(child)
     stopped: str | None = None
     written = 0
     limit = info.bytes
@@ -165,8 +152,7 @@ def _run(
         if stopped is not None:
             child.stop(grace)
     finally:
-        for sig, previous in forwarded.items():
-            signal.signal(sig, previous)
+        restore_signals(forwarded)
         if child.returncode is None:
             child.stop(grace)
     returncode = child.wait()
@@ -178,31 +164,6 @@ def _run(
     if cleanup_on_fail and out is not None and (stopped is not None or code != 0):
         cleaned = _remove(out)
     return ExecResult(75 if stopped else code, info.id, stopped, limit, written, cleaned)
-
-
-def _forward_signals(child: Supervised) -> dict[signal.Signals, Any]:
-    """Pass the signals we get on to the command (its process group); handle job control.
-
-    Ctrl-Z stops the command and then us, so the shell that ran us sees a stopped job; SIGCONT
-    (``fg``) continues both. Returns the previous handlers, to restore.
-    """
-    forwarded: dict[signal.Signals, Any] = {}
-    if threading.current_thread() is not threading.main_thread():
-        return forwarded
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        child.signal(signum)
-
-    def suspend(signum: int, frame: FrameType | None) -> None:
-        child.signal(signal.SIGSTOP)
-        os.kill(os.getpid(), signal.SIGSTOP)
-
-    for sig in FORWARDED_SIGNALS:
-        forwarded[sig] = signal.signal(sig, forward)
-    if not child.foreground:  # in the foreground the terminal stops and continues both
-        forwarded[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, suspend)
-        forwarded[signal.SIGCONT] = signal.signal(signal.SIGCONT, forward)
-    return forwarded
 
 
 def _remove(path: str) -> bool:

@@ -26,12 +26,34 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import IO, Any
 
 from janitor.fastpaths import LINUX, PORTABLE
 
-__all__ = ["Supervised", "exit_code", "in_foreground"]
+# The guarded ffmpeg imports this module on every call: no typing at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from types import FrameType
+    from typing import IO, Any
+
+__all__ = [
+    "FORWARDED_SIGNALS",
+    "Supervised",
+    "exit_code",
+    "forward_signals",
+    "in_foreground",
+    "restore_signals",
+]
+
+#: Signals a supervisor passes on to its command.
+FORWARDED_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
 
 #: The sentinel: wait for the supervisor's word; at EOF without it, kill the target ($1: a pid,
 #: or -PGID for a process group). It ignores the signals a terminal or a group kill would send.
@@ -203,3 +225,34 @@ class Supervised:
 def exit_code(returncode: int) -> int:
     """A shell's exit code for a returncode: 128 + N for a command killed by signal N."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def forward_signals(child: Supervised) -> dict[int, Any]:
+    """Pass the signals we get on to the command (its process group); handle job control.
+
+    Ctrl-Z stops the command and then us, so the shell that ran us sees a stopped job; SIGCONT
+    (``fg``) continues both. Returns the previous handlers, for :func:`restore_signals`.
+    """
+    forwarded: dict[int, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return forwarded
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        child.signal(signum)
+
+    def suspend(signum: int, frame: FrameType | None) -> None:
+        child.signal(signal.SIGSTOP)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    for sig in FORWARDED_SIGNALS:
+        forwarded[sig] = signal.signal(sig, forward)
+    if not child.foreground:  # in the foreground the terminal stops and continues both
+        forwarded[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, suspend)
+        forwarded[signal.SIGCONT] = signal.signal(signal.SIGCONT, forward)
+    return forwarded
+
+
+def restore_signals(previous: dict[int, Any]) -> None:
+    """Put back the handlers :func:`forward_signals` replaced."""
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)

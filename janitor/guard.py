@@ -1,0 +1,535 @@
+"""The guarded ffmpeg: to its caller it is ffmpeg, and every big write it makes is reserved first.
+
+batchalign3 runs a bare ``ffmpeg`` from ``PATH`` for every big write it makes, so a guard first
+on ``PATH`` protects it unchanged (``janitor shim install``, ``janitor run``). For each call the
+guard works out the files ffmpeg will write and their bytes (janitor.ffmpeg), reserves them on
+the trees that hold them (janitor.writes; through the daemon's socket when it runs, else through
+the ledger directly), then runs the real ffmpeg under the same supervision as ``janitor exec``
+(janitor.supervise): stopped when its reservation is put at risk or its output outgrows the
+reservation, and never outliving the guard. Arguments, stdin, stdout, stderr and the exit status
+are ffmpeg's own; signals sent to the guard reach ffmpeg.
+
+A call it cannot estimate (video, compressed outputs, ``-f null``, pipes, ``-version``, unknown
+options) or whose outputs lie on no managed volume is handed to the real ffmpeg with ``exec``:
+the guard never breaks an ffmpeg call. Refused or stopped, it exits 75 (EX_TEMPFAIL) with one
+stderr line that begins ``space-janitor:`` (batchalign3 shows ffmpeg's stderr to its users as
+it is), and the output is not left behind.
+
+This module runs on the path of every alignment group, so it imports next to nothing at start:
+no typer, rich, pydantic or numpy; the library is loaded only when no daemon answers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from janitor.supervise import Supervised
+
+__all__ = ["EXIT_NO_FFMPEG", "EXIT_REFUSED", "GUARD_MARK", "find_real_ffmpeg", "main"]
+
+#: Refused or stopped for lack of space (EX_TEMPFAIL), as every janitor command.
+EXIT_REFUSED = 75
+#: No real ffmpeg to run (what a shell says for a command it cannot find).
+EXIT_NO_FFMPEG = 127
+#: Every guard script carries this line; the search for the real ffmpeg skips such files.
+GUARD_MARK = b"# space-janitor guard"
+#: How often the running ffmpeg's output and volume are looked at.
+POLL_S = 0.2
+#: How far an output may pass its reservation before ffmpeg is stopped: estimates are within
+#: 1 %, and allocation rounds up to blocks.
+MARGIN = 0.05
+SLACK = 256 * 1024
+_SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+class GuardError(Exception):
+    """The guard cannot do its part; the call then runs unguarded (never a broken ffmpeg)."""
+
+
+class Refused(Exception):
+    """A write does not fit: the refusal's numbers, as the daemon or the library gave them."""
+
+    def __init__(self, output: str, numbers: dict[str, Any]) -> None:
+        super().__init__(output)
+        self.output = output
+        self.numbers = numbers
+
+
+def _size(n: float) -> str:
+    """1024-based, as the pipeline prints sizes (janitor.sizes.format_size, without importing)."""
+    value = float(n)
+    for unit in _SIZE_UNITS:
+        if abs(value) < 1024 or unit == _SIZE_UNITS[-1]:
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+# -- finding the real ffmpeg -----------------------------------------------------------------------
+
+
+def _is_guard(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return False
+    return GUARD_MARK in head
+
+
+def find_real_ffmpeg(env: dict[str, str] | None = None, me: str | None = None) -> str:
+    """The ffmpeg to run: ``JANITOR_FFMPEG``, else the first ``ffmpeg`` on ``PATH`` that is not a
+    guard (never this program). GuardError with a one-line reason when there is none."""
+    env = os.environ if env is None else env  # type: ignore[assignment]
+    assert env is not None
+    mine = os.path.realpath(me or sys.argv[0])
+    chosen = env.get("JANITOR_FFMPEG")
+    if chosen:
+        if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
+            raise GuardError(f"JANITOR_FFMPEG={chosen} is not an executable file")
+        if os.path.realpath(chosen) == mine or _is_guard(chosen):
+            raise GuardError(f"JANITOR_FFMPEG={chosen} is the guard itself; point it at ffmpeg")
+        return chosen
+    for folder in env.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(folder or ".", "ffmpeg")
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+            continue
+        if os.path.realpath(candidate) == mine or _is_guard(candidate):
+            continue
+        return candidate
+    raise GuardError(
+        "no ffmpeg found on PATH after the guard; install ffmpeg or set JANITOR_FFMPEG"
+    )
+
+
+# -- the daemon, over its socket -------------------------------------------------------------------
+
+
+class _Daemon:
+    """A minimal HTTP/1.1 client on the daemon's Unix socket: one connection, JSON bodies.
+
+    Hand-written on purpose: http.client and json's friends would cost the guard more start-up
+    than the whole request takes.
+    """
+
+    def __init__(self, path: str, timeout: float = 120.0) -> None:
+        import socket
+
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
+        self._buf = b""
+
+    def call(self, method: str, url: str, body: Any = None) -> tuple[int, Any]:
+        import json
+
+        data = b"" if body is None else json.dumps(body).encode()
+        head = (
+            f"{method} {url} HTTP/1.1\r\nhost: janitor\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(data)}\r\n\r\n"
+        ).encode()
+        self.sock.sendall(head + data)
+        while b"\r\n\r\n" not in self._buf:
+            self._recv()
+        header, _, self._buf = self._buf.partition(b"\r\n\r\n")
+        lines = header.split(b"\r\n")
+        status = int(lines[0].split()[1])
+        length = 0
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value.strip())
+        while len(self._buf) < length:
+            self._recv()
+        payload, self._buf = self._buf[:length], self._buf[length:]
+        return status, json.loads(payload) if payload else None
+
+    def _recv(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise OSError("the daemon closed the connection")
+        self._buf += chunk
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+# -- the two ways to hold a call's writes ----------------------------------------------------------
+
+
+class _Hold:
+    """Reservations (and pins) held for one call, through the daemon or the library."""
+
+    #: per reservation: (id, output path, bytes, floor of its volume)
+    reservations: list[tuple[str, str, int, int]]
+    pins: list[str]
+    unguarded: list[str]
+
+    def cover(self, pid: int) -> None:
+        raise NotImplementedError
+
+    def at_risk(self, rid: str) -> str | None:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+
+def _unpack(hold: _Hold, session: dict[str, Any]) -> None:
+    hold.reservations = [
+        (r["id"], r["output"], r["bytes"], r["floor"]) for r in session["reservations"]
+    ]
+    hold.pins = [p["id"] for p in session.get("pins", ())]
+    hold.unguarded = list(session.get("unguarded", ()))
+
+
+class _DaemonHold(_Hold):
+    def __init__(self, daemon: _Daemon, request: dict[str, Any]) -> None:
+        self.daemon = daemon
+        status, body = daemon.call("POST", "/v1/guard", request)
+        if status == 507 and isinstance(body, dict) and body.get("error") == "refused":
+            raise Refused(body.get("output", ""), body)
+        if status != 200:
+            raise GuardError(f"the daemon answered {status}: {body}")
+        _unpack(self, body)
+
+    def cover(self, pid: int) -> None:
+        for rid, *_ in self.reservations:
+            self.daemon.call("POST", f"/v1/reservations/{rid}/cover", {"pid": pid})
+
+    def at_risk(self, rid: str) -> str | None:
+        status, body = self.daemon.call("GET", f"/v1/reservations/{rid}")
+        return body.get("at_risk") if status == 200 and isinstance(body, dict) else None
+
+    def release(self) -> None:
+        ids = [r[0] for r in self.reservations]
+        self.daemon.call("POST", "/v1/guard/release", {"reservations": ids, "pins": self.pins})
+
+
+class _LibraryHold(_Hold):
+    """No daemon: the ledger directly, as ``janitor reserve`` does (slower to start)."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        from janitor.core import Janitor
+        from janitor.errors import JanitorError, ReservationRefused
+        from janitor.writes import PlannedWrite, open_writes
+
+        try:
+            self.jan = Janitor.from_settings()
+            writes = [PlannedWrite(w["path"], w["bytes"]) for w in request["outputs"]]
+            session = open_writes(
+                self.jan,
+                writes,
+                inputs=request["inputs"],
+                owner_pid=request["owner_pid"],
+                job=request["job"],
+            )
+        except ReservationRefused as exc:
+            raise Refused(exc.filename or "", exc.as_dict()) from None
+        except (JanitorError, OSError) as exc:
+            raise GuardError(str(exc)) from None
+        self.session = session
+        _unpack(self, session.as_dict())
+
+    def cover(self, pid: int) -> None:
+        for rid, *_ in self.reservations:
+            self.jan.cover(rid, pid)
+
+    def at_risk(self, rid: str) -> str | None:
+        from janitor.errors import SpaceRisk
+
+        try:
+            self.jan.check_risk(self.jan.get(rid))
+        except SpaceRisk as exc:
+            return exc.reason
+        return None
+
+    def release(self) -> None:
+        release_all(self.jan, [r[0] for r in self.reservations], self.pins)
+        self.jan.ledger.close()
+
+
+def release_all(jan: Any, reservations: Sequence[str], pins: Sequence[str]) -> None:
+    """End a call's reservations and pins (those already ended are skipped)."""
+    from janitor.errors import UnknownPin, UnknownReservation
+
+    for rid in reservations:
+        try:
+            jan.release(rid)
+        except UnknownReservation:
+            pass
+    for pid in pins:
+        try:
+            jan.unpin(pid)
+        except UnknownPin:
+            pass
+
+
+# -- the guard -------------------------------------------------------------------------------------
+
+
+def _log(log_dir: str | None, message: str, *, debug: bool = False) -> None:
+    """One line in ``guard.log`` (debug lines only with ``JANITOR_GUARD_DEBUG=1``)."""
+    if debug and os.environ.get("JANITOR_GUARD_DEBUG", "") in ("", "0"):
+        return
+    folder = os.environ.get("JANITOR_LOG_DIR") or log_dir
+    if not folder:
+        return
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        path = os.path.join(folder, "guard.log")
+        try:
+            if os.stat(path).st_size > 1 << 20:
+                os.replace(path, path + ".1")
+        except FileNotFoundError:
+            pass
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        with open(path, "a", encoding="utf-8", errors="replace") as f:
+            f.write(f"{stamp} {'DEBUG' if debug else 'INFO'} pid {os.getpid()}: {message}\n")
+    except OSError:
+        pass
+
+
+def _exec(real: str, args: Sequence[str]) -> int:
+    """Become the real ffmpeg: same pid, stdio, signals and exit status as a bare call."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(real, [real, *args])
+    return 0  # pragma: no cover - execv does not return
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(f"space-janitor: {line}\n")
+    sys.stderr.flush()
+
+
+def refusal_line(output: str, n: dict[str, Any]) -> str:
+    """The line a refused call prints: the output, the bytes, the volume and its numbers, and
+    what to do."""
+    free, floor, reserved = n.get("free", 0), n.get("floor", 0), n.get("reserved", 0)
+    short = n.get("shortfall", 0)
+    evicted = n.get("evicted", 0)
+    after = f" (after evicting {_size(evicted)} of cache)" if evicted else ""
+    return (
+        f"refused to write {output} ({_size(n.get('requested', 0))}) on volume "
+        f"{n.get('volume', '?')}: {_size(free)} free, floor {_size(floor)}, {_size(reserved)} "
+        f"reserved by others, short by {_size(short)}{after}. Free space on "
+        f"{n.get('volume', '?')} (`janitor status` shows who holds it) and retry; ffmpeg did "
+        "not run"
+    )
+
+
+def _remove_output(path: str, before: tuple[int, int] | None) -> bool:
+    """Remove what ffmpeg began at ``path`` (not a file that was there untouched before)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if before is not None and (st.st_ino, st.st_mtime_ns) == before:
+        return False
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _watch(child: Supervised, hold: _Hold) -> str | None:
+    """Until ffmpeg exits: why it must stop (its reservation at risk, an output past its
+    reservation), else None."""
+    checked = 0.0
+    while child.wait(POLL_S) is None:
+        for rid, output, nbytes, floor in hold.reservations:
+            try:
+                written = os.stat(output).st_blocks * 512
+            except OSError:
+                written = 0
+            if written > nbytes * (1 + MARGIN) + SLACK:
+                return (
+                    f"stopped ffmpeg: {output} reached {_size(written)}, past the "
+                    f"{_size(nbytes)} reserved for it"
+                )
+            try:
+                st = os.statvfs(os.path.dirname(output) or ".")
+            except OSError:
+                continue
+            if st.f_bavail * st.f_frsize >= floor:
+                continue  # above the floor nobody is at risk: one statvfs, no question asked
+            now = time.monotonic()
+            if now - checked < POLL_S:
+                continue
+            checked = now
+            try:
+                reason = hold.at_risk(rid)
+            except OSError:
+                reason = None
+            if reason:
+                return f"stopped ffmpeg writing {output}: {reason}"
+    return None
+
+
+def _finish(returncode: int) -> int:
+    """Exit as ffmpeg did: by the same signal if it was killed by one."""
+    if returncode >= 0:
+        return returncode
+    import signal
+
+    sig = -returncode
+    try:
+        signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        os.kill(os.getpid(), sig)
+    except (OSError, ValueError):
+        pass
+    return 128 + sig
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    socket_path: str | None = None,
+    cache_dir: str | None = None,
+    log_dir: str | None = None,
+    policy: str | None = None,
+    me: str | None = None,
+) -> int:
+    """Run one guarded ffmpeg call; returns the exit code (75 refused or stopped, 127 no ffmpeg).
+
+    ``socket_path``, ``cache_dir``, ``log_dir`` and ``policy`` are what ``janitor shim install``
+    resolved; ``JANITOR_RUNTIME_DIR``, ``JANITOR_LOG_DIR`` and ``JANITOR_POLICY`` override them.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        real = find_real_ffmpeg(me=me)
+    except GuardError as exc:
+        _say(str(exc))
+        return EXIT_NO_FFMPEG
+    try:
+        request = _plan(args, cache_dir, real)
+    except Exception as exc:  # never break ffmpeg: an estimate we cannot make runs unguarded
+        _log(log_dir, f"unguarded (estimate failed: {exc!r}): ffmpeg {' '.join(args)}", debug=True)
+        return _exec(real, args)
+    if isinstance(request, str):
+        _log(log_dir, f"unguarded ({request}): ffmpeg {' '.join(args)}", debug=True)
+        return _exec(real, args)
+    if os.environ.get("JANITOR_POLICY"):
+        policy = os.environ["JANITOR_POLICY"]
+    if policy:
+        request["policy"] = policy
+    try:
+        hold = _hold(request, socket_path)
+    except Refused as exc:
+        _say(refusal_line(exc.output, exc.numbers))
+        _log(log_dir, f"refused: {refusal_line(exc.output, exc.numbers)}")
+        return EXIT_REFUSED
+    except Exception as exc:  # a broken ledger, a confused daemon: run unguarded, say so
+        _log(log_dir, f"unguarded (cannot reserve: {exc}): ffmpeg {' '.join(args)}")
+        return _exec(real, args)
+    if not hold.reservations:
+        hold.release()
+        _log(log_dir, "unguarded (no managed volume): ffmpeg " + " ".join(args), debug=True)
+        return _exec(real, args)
+    return _run(real, args, hold, log_dir)
+
+
+def _plan(args: list[str], cache_dir: str | None, real: str) -> dict[str, Any] | str:
+    """The request for this call's writes, or why it cannot be estimated."""
+    from janitor import ffmpeg
+
+    inv = ffmpeg.parse(args)
+    folder = os.environ.get("JANITOR_CACHE_DIR") or cache_dir
+    probe = ffmpeg.Probe(
+        os.path.join(folder, "probes") if folder else None,
+        ffprobe=os.path.join(os.path.dirname(real), "ffprobe"),
+    )
+    est = ffmpeg.estimate(inv, probe.duration_of)
+    if isinstance(est, ffmpeg.NotEstimable):
+        return est.reason
+    cwd = os.getcwd()
+    outputs = [
+        {"path": os.path.normpath(os.path.join(cwd, o.path)), "bytes": int(o.bytes)} for o in est
+    ]
+    inputs = [os.path.normpath(os.path.join(cwd, i)) for i in ffmpeg.input_files(inv)]
+    job = os.environ.get("JANITOR_JOB") or "ffmpeg"
+    return {"outputs": outputs, "inputs": inputs, "owner_pid": os.getpid(), "job": job}
+
+
+def _hold(request: dict[str, Any], socket_path: str | None) -> _Hold:
+    """Through the daemon when it answers (and runs the same policy), else the library."""
+    runtime = os.environ.get("JANITOR_RUNTIME_DIR")
+    path = os.path.join(runtime, "janitor.sock") if runtime else socket_path
+    if path and os.environ.get("JANITOR_CONFIG") is None:
+        try:
+            daemon = _Daemon(path)
+        except OSError:
+            daemon = None
+        if daemon is not None:
+            try:
+                return _DaemonHold(daemon, request)
+            except Refused:
+                daemon.close()
+                raise
+            except (GuardError, OSError, ValueError):
+                daemon.close()  # another policy, an old daemon: the library decides
+    return _LibraryHold(request)
+
+
+def _run(real: str, args: list[str], hold: _Hold, log_dir: str | None) -> int:
+    from janitor.supervise import Supervised, forward_signals, restore_signals
+
+    before = {r[1]: _identity(r[1]) for r in hold.reservations if r[1]}
+    try:
+        child = Supervised([real, *args])
+    except OSError as exc:
+        hold.release()
+        _say(f"cannot run {real}: {exc.strerror}")
+        return EXIT_NO_FFMPEG
+    previous = forward_signals(child)
+    stopped = None
+    try:
+        try:
+            hold.cover(child.pid)
+        except Exception:
+            pass  # it ended already, or the ledger is busy: the guard's own life still covers it
+        stopped = _watch(child, hold)
+        if stopped is not None:
+            child.stop(5.0)
+    finally:
+        restore_signals(previous)
+        if child.returncode is None:
+            child.stop(5.0)
+        code = child.wait()
+        assert code is not None
+        removed = []
+        if stopped is not None:
+            removed = [o for o, b in before.items() if _remove_output(o, b)]
+        try:
+            hold.release()
+        except Exception:
+            pass  # ended with us: the owner is gone once we exit
+    if stopped is not None:
+        tail = "; the partial output was removed" if removed else ""
+        line = f"{stopped}{tail}. Free space there (`janitor status` shows the volume) and retry"
+        _say(line)
+        _log(log_dir, line)
+        return EXIT_REFUSED
+    return _finish(code)
