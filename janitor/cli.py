@@ -626,6 +626,127 @@ def exec_(
     raise typer.Exit(result.exit_code)
 
 
+@app.command("run", context_settings={"ignore_unknown_options": True})
+def run_(
+    command: Annotated[list[str], typer.Argument(help="The command, after `--`.")],
+    media: Annotated[
+        list[Path] | None,
+        typer.Option("--media", help="Media files or folders the job reads (pre-flight)."),
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(help="Files the job processes at once (pre-flight).", min=1)
+    ] = 1,
+    require_fit: Annotated[
+        bool,
+        typer.Option("--require-fit", help="Exit 75 before COMMAND starts if it cannot fit."),
+    ] = False,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Leave the job folders COMMAND left behind.")
+    ] = False,
+) -> None:
+    """Run COMMAND with the guarded ffmpeg first on its PATH; exit with COMMAND's code.
+
+    With --media, first prints the bytes the job will write (cache WAVs, PCM working set)
+    beside each volume's headroom. At the end: what the run reserved and wrote, and the job
+    temp folders it left behind, removed with every deleter check.
+    """
+    _lasting()
+    from janitor.run import preflight, run_command
+    from janitor.sizes import format_size
+
+    jan = _janitor()
+    if media:
+        progress, stop = _probe_progress()
+        try:
+            pre = preflight(jan, media, concurrency=concurrency, progress=progress)
+        finally:
+            stop()
+        _render_preflight(pre)
+        if require_fit and not pre.fits:
+            short = [v for v in pre.volumes if not v.fits]
+            _fail(
+                "the job does not fit: "
+                + "; ".join(
+                    f"{v.mount} needs {format_size(v.needs)}, has {format_size(max(0, v.headroom))}"
+                    for v in short
+                )
+                + f"; {command[0]} was not started (free space, or run fewer files at once)",
+                EXIT_TEMPFAIL,
+            )
+    result = run_command(jan, command, clean=not keep)
+    line = (
+        f"run {result.run_id}: {result.grants} guarded writes reserved "
+        f"{format_size(result.reserved)}, wrote {format_size(result.written)}"
+    )
+    if result.refusals:
+        line += f"; {result.refusals} refused"
+    if result.stopped:
+        line += f"; {result.stopped} stopped early"
+    _say(line)
+    if result.removed:
+        _say(
+            f"removed {len(result.removed)} job folders left behind "
+            f"({format_size(result.removed_bytes)}): {', '.join(result.removed)}"
+        )
+    for path, why in result.kept:
+        _say(f"kept {path}: {why}")
+    raise typer.Exit(result.exit_code)
+
+
+def _probe_progress() -> tuple[Any, Any]:
+    """A rich progress bar on a terminal's stderr while media files are probed."""
+    if not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    bar = Progress(
+        TextColumn("probing media"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    task = bar.add_task("probe", total=None)
+    bar.start()
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return update, bar.stop
+
+
+def _render_preflight(pre: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from janitor.sizes import format_duration, format_size
+
+    console = Console(stderr=True)
+    files = pre.files
+    seconds = sum(f.duration_s or 0 for f in files)
+    todo = sum(1 for f in files if f.converts and not f.cached and f.duration_s is not None)
+    console.print(
+        f"pre-flight: {len(files)} media files, {format_duration(seconds)} of audio; "
+        f"{todo} to convert into the media cache; {pre.concurrency} at once"
+    )
+    table = Table(title_justify="left")
+    for col in ("volume", "job writes", "headroom", "fits", "for"):
+        table.add_column(col, justify="right" if col in ("job writes", "headroom") else "left")
+    for v in pre.volumes:
+        table.add_row(
+            v.mount,
+            format_size(v.needs),
+            format_size(v.headroom),
+            "[green]yes[/]" if v.fits else "[bold red]no[/]",
+            "; ".join(v.what),
+        )
+    console.print(table)
+    for f in files:
+        if f.error:
+            console.print(f"[yellow]skipped {f.media}: {f.error}[/]")
+
+
 @app.command()
 def estimate(
     media: Annotated[Path, typer.Argument(help="Audio or video file (read with ffprobe).")],

@@ -46,6 +46,7 @@ __all__ = [
     "apply",
     "plan_pressure",
     "plan_tree",
+    "plan_units",
 ]
 
 Reason = Literal["quota", "age", "orphan", "pressure", "make-room"]
@@ -507,6 +508,38 @@ def plan_pressure(
                     runs.append(_Run(names[t], tables[t], pos[chosen[a:b]].tolist(), reason))
     trees = [replace(t, planned=planned.get(t.tree, 0)) for t in trees]
     return Plan(PlanItems(runs), tuple(trees))
+
+
+def plan_units(
+    snapshot: Snapshot,
+    units: Sequence[Unit],
+    tree: TreePolicy,
+    keys: Iterable[str],
+    *,
+    protection: Protection,
+    reason: Reason = "orphan",
+) -> Plan:
+    """The units named by ``keys``, unless pinned, reserved, locked or open: what a caller that
+    knows them to be leftovers (``janitor run``, once its command's processes are gone) removes
+    without waiting for their age. The deleter still checks each file as for any sweep."""
+    table = UnitTable.of(units, snapshot.root)
+    wanted = set(keys)
+    free, kept = _judge(table, tree, snapshot.root, protection)
+    chosen = [int(i) for i in free if table.key(int(i)) in wanted]
+    summary = TreePlan(
+        tree=tree.name,
+        role=tree.role,
+        root=snapshot.root,
+        device=snapshot.device,
+        root_ino=snapshot.root_ino,
+        usage=int(table.size.sum()),
+        units=len(table),
+        quota=None,
+        low_watermark=None,
+        planned=int(table.size[chosen].sum()) if chosen else 0,
+        kept=tuple((k, v) for k, v in kept.items() if v),
+    )
+    return Plan(PlanItems([_Run(tree.name, table, chosen, reason)]), (summary,))
 
 
 # -- the executor ------------------------------------------------------------------------------

@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from janitor.errors import LedgerError
-from janitor.evict import Plan, Protection, Reason, Report, apply, plan_pressure, plan_tree
+from janitor.evict import (
+    Plan,
+    Protection,
+    Reason,
+    Report,
+    apply,
+    plan_pressure,
+    plan_tree,
+    plan_units,
+)
 from janitor.inuse import lock_held, locked_inodes, open_inodes, prepare_leases
 from janitor.ledger import Ledger
 from janitor.pins import live_pins, reap_pins, touches_under
@@ -28,7 +37,15 @@ from janitor.scan import Snapshot, display_path, scan
 from janitor.space import volume_stats
 from janitor.units import UnitTable, group_units
 
-__all__ = ["EmergencyResult", "SweepResult", "emergency", "make_room", "run_sweep", "tree_locks"]
+__all__ = [
+    "EmergencyResult",
+    "SweepResult",
+    "emergency",
+    "make_room",
+    "remove_units",
+    "run_sweep",
+    "tree_locks",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +281,30 @@ def make_room(
             # refusal stands either way, so keep the cache rather than destroy it for nothing.
             return None
         return apply(plan, ledger=ledger, open_set=protection.open)
+
+
+def remove_units(
+    policy: Policy,
+    ledger: Ledger,
+    state_dir: Path,
+    tree: str,
+    keys: Sequence[str],
+    *,
+    dry_run: bool = False,
+) -> Report:
+    """Remove the named units of ``tree`` now (leftovers of a process tree known to be gone),
+    under the tree's lock, with every check of the deleter; protected units are kept."""
+    tp = policy.tree(tree)
+    prepare_leases()
+    with tree_locks(state_dir, [tree]):
+        now = time.time()
+        scanned = _scan_trees(ledger, [tp], None)
+        snap, table, _ = scanned[0]
+        if not snap.exists:
+            return apply(Plan((), ()), ledger=ledger, dry_run=dry_run)
+        protection = _protection(ledger, scanned, {snap.device}, now)
+        plan = plan_units(snap, table, tp, keys, protection=protection)
+        return apply(plan, ledger=ledger, dry_run=dry_run, open_set=protection.open)
 
 
 @dataclass(frozen=True, slots=True)

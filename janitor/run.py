@@ -1,0 +1,441 @@
+"""``janitor run``: a whole pipeline job with the guarded ffmpeg first on its PATH.
+
+Before: with ``--media``, a pre-flight of the bytes the job will write, as batchalign3 writes
+them (../shared/BRIEF.md): a media-cache WAV (16 kHz mono s16le, 32,000 B/s plus its header)
+for each input that needs converting (``.mp4 .m4a .webm .wma``) and is not cached yet, plus
+each file's float32 PCM working set (its whole duration x 64,000 B/s: every alignment group's
+PCM stays until the file is done) for as many files as run at once. Printed beside each
+volume's headroom; ``--require-fit`` refuses (exit 75) before the command starts.
+
+During: the command runs with a guard script first on ``PATH`` (no install needed), its
+signals passed on, never outliving us; every ffmpeg call it makes is reserved (janitor.guard).
+
+After: what the run reserved and wrote, and the job temp folders that its guarded writes went
+to and that are still there once the command ended (a killed job's ``.tmpXXXXXX``), removed by
+the deleter with every one of its checks.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from janitor.errors import ConfigError
+
+if TYPE_CHECKING:
+    from janitor.core import Janitor
+
+__all__ = [
+    "CONVERTED",
+    "MEDIA",
+    "MediaPlan",
+    "Preflight",
+    "RunResult",
+    "VolumeNeed",
+    "fingerprint",
+    "media_cache_dir",
+    "preflight",
+    "run_command",
+]
+
+#: Extensions batchalign3 converts into its media cache (the others it reads in place).
+CONVERTED = frozenset({".mp4", ".m4a", ".webm", ".wma"})
+#: Extensions taken as media when a folder is given.
+MEDIA = CONVERTED | {".wav", ".mp3", ".flac", ".ogg", ".aac", ".aiff", ".aif", ".opus", ".mov"}
+#: The cache WAV's byte rate (16 kHz mono s16le) and the PCM windows' (16 kHz mono f32le).
+WAV_RATE = 32_000
+PCM_RATE = 64_000
+WAV_HEADER = 78  # what ffmpeg's wav muxer writes: RIFF/fmt/data and a LIST chunk naming Lavf
+_CHUNK = 65536
+
+
+def media_cache_dir() -> Path:
+    """batchalign3's media cache: ``$BATCHALIGN_MEDIA_CACHE_DIR``, else the platform data dir +
+    ``batchalign3/media_cache`` (``~/Library/Application Support/batchalign3/media_cache``)."""
+    override = os.environ.get("BATCHALIGN_MEDIA_CACHE_DIR")
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("batchalign3", appauthor=False)) / "media_cache"
+
+
+def fingerprint(path: str | os.PathLike[str]) -> str | None:
+    """batchalign3's cache key of a media file: the first 24 hex digits of BLAKE3(size as a
+    big-endian u64, the first 64 KiB, the last 64 KiB); None without the blake3 module."""
+    try:
+        import blake3
+    except ImportError:
+        return None
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        h = blake3.blake3(size.to_bytes(8, "big"))
+        h.update(f.read(_CHUNK))
+        if size > _CHUNK:
+            f.seek(-_CHUNK, os.SEEK_END)
+            h.update(f.read(_CHUNK))
+    return str(h.hexdigest())[:24]
+
+
+@dataclass(frozen=True, slots=True)
+class MediaPlan:
+    """What one input will cost: its cache WAV (if it must be made) and its PCM working set."""
+
+    media: str
+    duration_s: float | None
+    converts: bool
+    cached: bool
+    cache_bytes: int
+    pcm_bytes: int
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "media": self.media,
+            "duration_s": self.duration_s,
+            "converts": self.converts,
+            "cached": self.cached,
+            "cache_bytes": self.cache_bytes,
+            "pcm_bytes": self.pcm_bytes,
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeNeed:
+    """One volume's side of the pre-flight: what the job will write there against its
+    headroom (free - floor - reserved)."""
+
+    mount: str
+    needs: int
+    headroom: int
+    what: tuple[str, ...]
+
+    @property
+    def fits(self) -> bool:
+        return self.needs <= self.headroom
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "volume": self.mount,
+            "needs": self.needs,
+            "headroom": self.headroom,
+            "fits": self.fits,
+            "for": list(self.what),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Preflight:
+    """The whole job's bytes, per volume, before it starts."""
+
+    files: tuple[MediaPlan, ...]
+    concurrency: int
+    volumes: tuple[VolumeNeed, ...]
+
+    @property
+    def fits(self) -> bool:
+        """True when every volume has room for its part."""
+        return all(v.fits for v in self.volumes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "fits": self.fits,
+            "volumes": [v.as_dict() for v in self.volumes],
+            "files": [f.as_dict() for f in self.files],
+        }
+
+
+def _media_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+    out: list[str] = []
+    for p in paths:
+        path = os.fspath(p)
+        if os.path.isdir(path):
+            for folder, dirs, names in os.walk(path):
+                dirs.sort()
+                out.extend(
+                    os.path.join(folder, n)
+                    for n in sorted(names)
+                    if os.path.splitext(n)[1].lower() in MEDIA
+                )
+        elif os.path.isfile(path):
+            out.append(path)
+        else:
+            raise ConfigError(f"--media {path}: no such file or folder")
+    return out
+
+
+def _plan_one(path: str, duration_of: Callable[[str], Any], cache: Path) -> MediaPlan:
+    converts = os.path.splitext(path)[1].lower() in CONVERTED
+    try:
+        info = duration_of(path)
+    except Exception as exc:  # one unreadable file does not stop the others' pre-flight
+        return MediaPlan(path, None, converts, False, 0, 0, f"cannot probe: {exc}")
+    duration = getattr(info, "duration_s", None)
+    if duration is None:
+        reason = getattr(info, "reason", "no duration")
+        return MediaPlan(path, None, converts, False, 0, 0, f"cannot probe: {reason}")
+    cached = False
+    if converts:
+        fp = fingerprint(path)
+        cached = fp is not None and (cache / f"{fp}.wav").exists()
+    cache_bytes = 0 if cached or not converts else round(duration * WAV_RATE) + WAV_HEADER
+    return MediaPlan(path, duration, converts, cached, cache_bytes, round(duration * PCM_RATE))
+
+
+def preflight(
+    jan: Janitor,
+    media: Sequence[str | os.PathLike[str]],
+    *,
+    concurrency: int = 1,
+    cache_dir: Path | None = None,
+    tmp_dir: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    workers: int | None = None,
+) -> Preflight:
+    """The bytes a job over ``media`` will write, per volume, beside each volume's headroom.
+
+    Durations come from ffprobe, in parallel (``workers``, default 2 per core), remembered per
+    file (janitor.ffmpeg.Probe) so a second pre-flight of the same folder is instant.
+    """
+    from janitor import ffmpeg
+    from janitor.settings import APP_NAME
+    from janitor.space import volume_stats
+
+    if concurrency < 1:
+        raise ConfigError(f"--concurrency {concurrency} must be at least 1")
+    files = _media_files(media)
+    cache = cache_dir or media_cache_dir()
+    tmp = tmp_dir or Path(tempfile.gettempdir())
+    import platformdirs
+
+    probe = ffmpeg.Probe(
+        os.path.join(platformdirs.user_cache_dir(APP_NAME, appauthor=False), "probes")
+    )
+    plans: list[MediaPlan] = []
+    n_workers = workers or max(2, 2 * (os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=n_workers) as pool:
+        for i, plan in enumerate(pool.map(lambda p: _plan_one(p, probe.duration_of, cache), files)):
+            plans.append(plan)
+            if progress is not None:
+                progress(i + 1, len(files))
+    status = jan.status(with_usage=False)
+
+    def headroom(folder: Path) -> tuple[str, int]:
+        vs = volume_stats(folder)
+        for v in status.volumes:
+            if v.device == vs.device:
+                return v.mount, v.headroom
+        return vs.mount, vs.free  # a volume the policy does not cover: no floor to keep
+
+    needs: dict[str, list[Any]] = {}
+    cache_total = sum(p.cache_bytes for p in plans)
+    if cache_total:
+        mount, room = headroom(cache)
+        needs.setdefault(mount, [0, room, []])
+        needs[mount][0] += cache_total
+        needs[mount][2].append(f"media cache WAVs {cache}")
+    working = sorted((p.pcm_bytes for p in plans), reverse=True)[:concurrency]
+    if working:
+        mount, room = headroom(tmp)
+        needs.setdefault(mount, [0, room, []])
+        needs[mount][0] += sum(working)
+        needs[mount][2].append(f"PCM working set in {tmp} (x{min(concurrency, len(working))})")
+    volumes = tuple(VolumeNeed(m, n, r, tuple(w)) for m, (n, r, w) in needs.items())
+    return Preflight(tuple(plans), concurrency, volumes)
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """How a guarded run ended: the command's exit code, what it reserved and wrote, and the
+    job temp folders it left behind that were removed."""
+
+    exit_code: int
+    run_id: str
+    grants: int
+    refusals: int
+    reserved: int
+    written: int
+    stopped: int
+    leftovers: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    removed_bytes: int = 0
+    kept: tuple[tuple[str, str], ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "exit_code": self.exit_code,
+            "run": self.run_id,
+            "grants": self.grants,
+            "refusals": self.refusals,
+            "reserved": self.reserved,
+            "written": self.written,
+            "stopped": self.stopped,
+            "leftovers": list(self.leftovers),
+            "removed": list(self.removed),
+            "removed_bytes": self.removed_bytes,
+            "kept": [{"path": p, "why": w} for p, w in self.kept],
+        }
+
+
+def run_command(
+    jan: Janitor,
+    command: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    clean: bool = True,
+) -> RunResult:
+    """Run ``command`` with the guarded ffmpeg first on its PATH; afterwards, sum up what its
+    guarded writes reserved and wrote and remove the job temp folders they left behind."""
+    from janitor.shim import script
+    from janitor.supervise import Supervised, exit_code, forward_signals, restore_signals
+
+    if not command:
+        raise ConfigError("no command given; write it after `--`")
+    if shutil.which(command[0]) is None:
+        raise ConfigError(f"command {command[0]!r} not found on PATH, or not an executable file")
+    run_id = secrets.token_hex(4)
+    label = f"run-{run_id}"
+    started = time.time()
+    bin_dir = Path(tempfile.mkdtemp(prefix=f"janitor-{label}-"))
+    try:
+        guard = bin_dir / "ffmpeg"
+        guard.write_text(script(jan.settings))
+        guard.chmod(0o755)
+        child_env = dict(os.environ if env is None else env)
+        child_env["PATH"] = f"{bin_dir}{os.pathsep}{child_env.get('PATH', os.defpath)}"
+        child_env["JANITOR_JOB"] = label
+        if jan.settings.policy is not None or "JANITOR_POLICY" in os.environ:
+            child_env["JANITOR_POLICY"] = str(jan.settings.policy_path)
+        try:
+            child = Supervised(list(command), env=child_env)
+        except OSError as exc:
+            raise ConfigError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+        previous = forward_signals(child)
+        tree = _ProcessTree(child.pid)
+        try:
+            while (returncode := child.wait(1.0)) is None:
+                tree.look()
+        finally:
+            restore_signals(previous)
+            if child.returncode is None:
+                child.stop(5.0)
+        assert returncode is not None
+    finally:
+        shutil.rmtree(bin_dir, ignore_errors=True)
+    alive = tree.alive()
+    return _summary(
+        jan, exit_code(returncode), run_id, label, started, clean=clean and not alive, alive=alive
+    )
+
+
+class _ProcessTree:
+    """The command's descendants, looked at every second while it runs: once it has ended,
+    any of them still alive means its job folders may still be in use."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.seen: dict[int, float] = {}
+
+    def look(self) -> None:
+        import psutil
+
+        try:
+            for p in psutil.Process(self.pid).children(recursive=True):
+                try:
+                    self.seen.setdefault(p.pid, p.create_time())
+                except psutil.Error:
+                    continue
+        except psutil.Error:
+            pass
+
+    def alive(self) -> tuple[int, ...]:
+        from janitor.owner import is_alive
+
+        return tuple(pid for pid, start in self.seen.items() if is_alive(pid, start))
+
+
+def _summary(
+    jan: Janitor,
+    code: int,
+    run_id: str,
+    label: str,
+    started: float,
+    *,
+    clean: bool,
+    alive: tuple[int, ...] = (),
+) -> RunResult:
+    """What the run's guarded writes did, from the ledger's log; leftovers removed."""
+    entries = jan.log(since=started - 1)
+    mine: dict[str, Any] = {}
+    refusals = 0
+    for e in entries:
+        if e.event == "grant" and e.detail.get("job") == label and e.reservation:
+            mine[e.reservation] = e
+        elif e.event == "refuse" and e.detail.get("job") == label:
+            refusals += 1
+    written = 0
+    stopped = 0
+    for e in entries:
+        if e.reservation in mine and e.event == "release":
+            written += int(e.detail.get("written", 0) or 0)
+    reserved = sum(int(e.bytes or 0) for e in mine.values())
+    for e in entries:
+        if e.event == "at-risk" and e.reservation in mine:
+            stopped += 1
+    leftovers = _leftovers(jan, [e.path for e in mine.values() if e.path])
+    removed: tuple[str, ...] = ()
+    removed_bytes = 0
+    kept: list[tuple[str, str]] = []
+    if clean and leftovers:
+        from janitor.sweep import remove_units
+
+        for tree, keys in leftovers.items():
+            report = remove_units(jan.policy, jan.ledger, jan.settings.state_dir, tree, keys)
+            removed += tuple(o.item.unit.path for o in report.outcomes if o.deleted)
+            removed_bytes += report.deleted_bytes
+            kept += [(o.item.unit.path, o.skipped or "") for o in report.outcomes if not o.deleted]
+    found = tuple(
+        os.path.join(jan.policy.tree(t).path, k) for t, ks in leftovers.items() for k in ks
+    )
+    if alive and found:
+        why = f"processes of the command still run (pids {', '.join(map(str, alive[:5]))})"
+        kept += [(path, why) for path in found]
+    return RunResult(
+        code,
+        run_id,
+        len(mine),
+        refusals,
+        reserved,
+        written,
+        stopped,
+        found,
+        removed,
+        removed_bytes,
+        tuple(kept),
+    )
+
+
+def _leftovers(jan: Janitor, paths: Iterable[str]) -> dict[str, list[str]]:
+    """The unit folders of scratch trees that ``paths`` lie in and that still exist."""
+    out: dict[str, list[str]] = {}
+    for path in paths:
+        for name, tree in jan.policy.trees.items():
+            if tree.role != "scratch" or tree.units != "dir":
+                continue
+            root = os.path.normpath(str(tree.path))
+            if not path.startswith(root + os.sep):
+                continue
+            key = path[len(root) + 1 :].split(os.sep, 1)[0]
+            if os.path.isdir(os.path.join(root, key)) and key not in out.get(name, []):
+                out.setdefault(name, []).append(key)
+    return out
