@@ -283,18 +283,27 @@ def _protected(
 
 def _judge(
     table: UnitTable, tree: TreePolicy, root: str, protection: Protection
-) -> tuple[Ints, dict[str, int]]:
-    """Positions of the units neither pinned, reserved, locked nor open; and counts of those
-    kept, by reason."""
+) -> tuple[Ints, dict[str, int], int]:
+    """Positions of the units neither pinned, reserved, locked nor open; counts of those kept,
+    by reason; and how many units there are to judge at all.
+
+    A unit that is only its lock file (an evicted entry's leftover: lock files are never
+    removed) frees nothing: it is neither chosen, nor kept, nor counted as a unit.
+    """
     kept = dict.fromkeys(KEEP_REASONS, 0)
+    idle = table.lock_only()
     protected = _protected(table, tree, root, protection)
-    if not protected:
-        return np.arange(len(table)), kept
+    if len(idle) and protected:
+        for i in idle.tolist():
+            protected.pop(i, None)
+    if not protected and not len(idle):
+        return np.arange(len(table)), kept, len(table)
     for why in protected.values():
         kept[why] += 1
     mask = np.ones(len(table), np.bool_)
     mask[list(protected)] = False
-    return np.flatnonzero(mask), kept
+    mask[idle] = False
+    return np.flatnonzero(mask), kept, len(table) - len(idle)
 
 
 def _lru_order(last_use: Floats, positions: Ints) -> tuple[Ints, Floats]:
@@ -368,7 +377,7 @@ def plan_tree(
     """
     table = UnitTable.of(units, snapshot.root)
     with gc_paused():
-        free, kept = _judge(table, tree, snapshot.root, protection)
+        free, kept, count = _judge(table, tree, snapshot.root, protection)
         usage = int(table.size.sum())
         quota = tree.quota_bytes(volume_total)
         low = tree.low_bytes(volume_total)
@@ -411,7 +420,7 @@ def plan_tree(
             device=snapshot.device,
             root_ino=snapshot.root_ino,
             usage=usage,
-            units=len(table),
+            units=count,
             quota=quota,
             low_watermark=low,
             planned=planned,
@@ -447,7 +456,7 @@ def plan_pressure(
             if tree.role != "cache":
                 continue
             table = UnitTable.of(units, snapshot.root)
-            free, kept = _judge(table, tree, snapshot.root, protection)
+            free, kept, count = _judge(table, tree, snapshot.root, protection)
             young = now - table.last_use[free] < tree.min_age
             kept["young"] = int(np.count_nonzero(young))
             free = free[~young]
@@ -465,7 +474,7 @@ def plan_pressure(
                     device=snapshot.device,
                     root_ino=snapshot.root_ino,
                     usage=int(table.size.sum()),
-                    units=len(table),
+                    units=count,
                     quota=None,
                     low_watermark=None,
                     planned=0,
@@ -591,6 +600,16 @@ class _Deleter:
     following a symlink and never leaving the tree's filesystem; its fd is then kept for the
     following units in it (at most ``_FOLDER_FDS`` at a time). An fd stays on the folder it was
     opened on, so a path swapped for a symlink later cannot redirect a delete.
+
+    A unit's lock file (``{fp}.wav.lock``) is never removed, even long after its entry is gone
+    and while nobody holds it. A converter may sit between its ``open()`` of the lock and its
+    ``flock()`` for any time (waiting on our write lease, preempted, suspended), and batchalign3
+    does not check after locking that the inode it locked is still the one the name points at:
+    if the name were unlinked meanwhile, it would lock a dead inode while the next converter
+    creates a new one, and both would write ``{fp}.tmp.wav`` at once. No order of checks (flock,
+    lease, rename aside first) can see a process that has resolved the name but not yet opened
+    it, so no removal is provably safe. Lock files are empty: leaving them costs an inode each,
+    and the planner never counts or chooses a unit that holds nothing else.
     """
 
     def __init__(
@@ -769,11 +788,18 @@ class _Deleter:
         return self._delete_file_unit(unit)
 
     def _delete_file_unit(self, unit: Unit) -> tuple[int, int]:
+        """Remove a unit of files in one folder while holding its lock file's flock.
+
+        The lock file itself is never removed (see ``_Deleter``): only the files it guards.
+        """
         folders = {e.rel.rpartition("/")[0] for e in unit.entries}
         if len(folders) != 1:
             raise _Skip("unit spans folders")
-        dir_fd = self._folder(folders.pop())
         lock_name = unit.lock.rpartition("/")[2] if unit.lock is not None else None
+        victims = [e for e in unit.entries if e.rel.rpartition("/")[2] != lock_name]
+        if not victims:
+            raise _Skip("nothing but its lock file, which is never removed")
+        dir_fd = self._folder(folders.pop())
         lock_fd = None
         held: list[tuple[str, Entry, int | None]] = []  # (name, entry, fd of a regular file)
         try:
@@ -781,7 +807,7 @@ class _Deleter:
                 try:
                     lock_fd = os.open(lock_name, _FILE_FLAGS, dir_fd=dir_fd)
                 except FileNotFoundError:
-                    lock_fd = None
+                    lock_fd = None  # `cache clear` removed it, or no converter made one yet
                 except OSError as exc:
                     raise _Skip(_why(exc, "lock file")) from None
                 if lock_fd is not None:
@@ -789,20 +815,13 @@ class _Deleter:
                         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     except OSError:
                         raise _Skip("locked") from None
-            # Every file is checked (and held) before any is removed; the lock file goes last,
-            # while we still hold it.
-            for e in sorted(unit.entries, key=lambda e: e.rel.rpartition("/")[2] == lock_name):
+            # Every file is checked (and held) before any is removed, all under the lock: a
+            # converter that comes meanwhile waits on it, then finds the WAV gone and converts.
+            for e in victims:
                 name = e.rel.rpartition("/")[2]
                 if name in ("", ".", ".."):
                     raise _Skip("bad path component")
-                if name == lock_name and lock_fd is not None:
-                    st = os.fstat(lock_fd)
-                    if not stat.S_ISREG(st.st_mode):
-                        raise _Skip("replaced since the scan")
-                    self._same(st, e)
-                    self._alone(lock_fd, st)
-                    held.append((name, e, None))
-                elif stat.S_ISREG(e.mode):
+                if stat.S_ISREG(e.mode):
                     held.append((name, e, self._hold(dir_fd, name, e)))
                 else:
                     st = self._verify(dir_fd, name, e)
@@ -826,7 +845,7 @@ class _Deleter:
                 if fd is not None:
                     os.close(fd)
             if lock_fd is not None:
-                os.close(lock_fd)
+                os.close(lock_fd)  # drops our flock: a waiting converter goes on
 
     def _delete_dir_unit(self, unit: Unit) -> tuple[int, int]:
         if "/" in unit.key or unit.key in ("", ".", ".."):
