@@ -28,6 +28,7 @@ from typing import Any, Literal, NamedTuple, get_args
 import numpy as np
 
 from janitor import inuse
+from janitor.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
 from janitor.ledger import Ledger, py_path
 from janitor.policy import TreePolicy
 from janitor.scan import Entry, Snapshot, gc_paused
@@ -52,7 +53,7 @@ Reason = Literal["quota", "age", "orphan", "pressure", "make-room"]
 #: Why a unit was kept although it could have been chosen.
 KEEP_REASONS = ("pinned", "reserved", "locked", "open", "young")
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = DIR_FLAGS
 
 # Column getters (C-level) of Unit and PlanItem, both NamedTuples.
 _U_SIZE = column(Unit, "size")
@@ -591,6 +592,8 @@ class _Partial(Exception):
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 #: Folder fds kept open per tree while its units go (LRU beyond this; fds are a finite resource).
 _FOLDER_FDS = 64
+#: Of the folders opened on the way down to a unit's folder, the deepest this many are kept.
+_KEEP_ON_THE_WAY = 8
 
 
 class _Deleter:
@@ -643,20 +646,43 @@ class _Deleter:
     # -- folders -------------------------------------------------------------------------------
 
     def _folder(self, folder: str) -> int:
-        """A kept fd of a folder below the root ("" is the root itself)."""
+        """A kept fd of a folder below the root ("" is the root itself).
+
+        Opened one component at a time from the deepest folder already open on the way (no
+        recursion, any depth); the last few opened on the way are kept too, for the units of
+        sibling folders, the others closed again.
+        """
         if not folder:
             return self.root_fd
         fd = self.folders.get(folder)
         if fd is not None:
             return fd
-        parent, _, name = folder.rpartition("/")
-        parent_fd = self._folder(parent)
-        fd = self._open_sub(parent_fd, name)
-        if len(self.folders) >= _FOLDER_FDS:
-            oldest = next(iter(self.folders))
-            os.close(self.folders.pop(oldest))
-        self.folders[folder] = fd
-        return fd
+        # The deepest folder already open on the way down: the parent, as a rule, else the root.
+        base = max((k for k in self.folders if folder.startswith(k + "/")), key=len, default="")
+        cur = self.folders[base] if base else self.root_fd
+        start = len(base) + 1 if base else 0
+        names = folder[start:].split("/")
+        keep_from = len(names) - _KEEP_ON_THE_WAY
+        temp = False  # cur is ours to close: opened on the way and not kept
+        end = start - 1
+        try:
+            for i, name in enumerate(names):
+                nxt = self._open_sub(cur, name)
+                if temp:
+                    os.close(cur)
+                cur, temp = nxt, True
+                end += len(name) + 1
+                if i >= keep_from:
+                    if len(self.folders) >= _FOLDER_FDS:
+                        oldest = next(iter(self.folders))
+                        os.close(self.folders.pop(oldest))
+                    self.folders[folder[:end]] = cur
+                    temp = False
+        except BaseException:
+            if temp:
+                os.close(cur)
+            raise
+        return cur
 
     def _open_sub(self, parent_fd: int, name: str) -> int:
         """Open a folder in a folder: no symlink, no other filesystem."""
@@ -851,7 +877,7 @@ class _Deleter:
         if "/" in unit.key or unit.key in ("", ".", ".."):
             raise _Skip("not a folder directly under the root")
         head = unit.entries[0]
-        known = {e.rel: e for e in unit.entries}
+        known = _Known(unit.entries)
         unit_fd = self._open_sub(self.root_fd, unit.key)
         try:
             st = os.fstat(unit_fd)
@@ -879,9 +905,113 @@ class _Deleter:
                 raise
         return removed, size
 
-    def _known(self, fd: int, name: str, crel: str, known: dict[str, Entry]) -> Entry | None:
-        """The scanned entry of a name, including another name of a hard-linked file."""
-        e = known.get(crel)
+    def _enter(self, chain: FolderChain, name: str, e: Entry) -> int:
+        """Go into a scanned folder of the unit: the same inode, on the tree's filesystem."""
+        try:
+            return chain.enter(name, e.ino)
+        except FolderChanged as exc:
+            raise _Skip(str(exc)) from None
+        except OSError as exc:
+            raise _Skip(_why(exc, "folder")) from None
+
+    def _walk_verify(self, unit_fd: int, rel: str, known: _Known) -> None:
+        """Check every entry of a folder unit, at any depth, before anything of it is removed:
+        anything new or changed means a job is still alive."""
+        chain = FolderChain(unit_fd)
+        where = rel  # the folder the walk is in, relative to the root
+        todo = [_names(unit_fd)]
+        try:
+            while True:
+                names = todo[-1]
+                if not names:
+                    todo.pop()
+                    if not todo:
+                        return
+                    where = where.rpartition("/")[0]
+                    if not chain.leave():
+                        raise _Skip("moved since the scan")
+                    continue
+                name = names.pop()
+                fd = chain.fd
+                crel = f"{where}/{name}"
+                e = known.find(fd, name, crel)
+                if e is None:
+                    raise _Skip("new files since the scan: a job is still writing")
+                if stat.S_ISDIR(e.mode):
+                    st = self._verify(fd, name, e)
+                    if not stat.S_ISDIR(st.st_mode):
+                        raise _Skip("replaced since the scan")
+                    todo.append(_names(self._enter(chain, name, e)))
+                    where = crel
+                elif (e.dev, e.ino) in self.open_set:
+                    raise _Skip("open in another process")
+                elif stat.S_ISREG(e.mode):
+                    # Ask the kernel now, before anything of the unit is removed.
+                    os.close(self._hold(fd, name, e))
+                else:
+                    self._verify(fd, name, e)
+        finally:
+            chain.close()
+
+    def _remove_tree(self, unit_fd: int, rel: str, known: _Known, done: list[int]) -> None:
+        """Remove a folder's contents bottom-up, at any depth; ``done`` counts [files, bytes]
+        as it goes."""
+        chain = FolderChain(unit_fd)
+        where = rel
+        todo = [_names(unit_fd)]
+        inside: list[tuple[str, Entry]] = []  # the folder entered at each level below the unit
+        try:
+            while True:
+                names = todo[-1]
+                if not names:
+                    todo.pop()
+                    if not todo:
+                        return
+                    where = where.rpartition("/")[0]
+                    name, folder = inside.pop()
+                    if not chain.leave():
+                        raise _Skip("moved since the scan")
+                    os.rmdir(name, dir_fd=chain.fd)
+                    done[1] += folder.size
+                    continue
+                name = names.pop()
+                crel = f"{where}/{name}"
+                e = known.find(chain.fd, name, crel)
+                if e is None:
+                    raise _Skip("new files since the scan: a job is still writing")
+                if stat.S_ISDIR(e.mode):
+                    todo.append(_names(self._enter(chain, name, e)))
+                    inside.append((name, e))
+                    where = crel
+                else:
+                    self._unlink_file(chain.fd, name, e)
+                    done[0] += 1
+                    done[1] += e.size
+        finally:
+            chain.close()
+
+
+def _names(fd: int) -> list[str]:
+    """A folder's names, last listed first (``pop()`` takes them in listing order)."""
+    with os.scandir(fd) as it:
+        names = [d.name for d in it]
+    names.reverse()
+    return names
+
+
+class _Known:
+    """A folder unit's scanned entries by path relative to the root, and by inode for another
+    name of a hard-linked file (that index made only when first needed)."""
+
+    __slots__ = ("_by_ino", "by_rel")
+
+    def __init__(self, entries: Iterable[Entry]) -> None:
+        self.by_rel = {e.rel: e for e in entries}
+        self._by_ino: dict[tuple[int, int], Entry] | None = None
+
+    def find(self, fd: int, name: str, crel: str) -> Entry | None:
+        """The scanned entry of ``name`` in folder ``fd`` (whose path is ``crel``), if any."""
+        e = self.by_rel.get(crel)
         if e is not None:
             return e
         try:
@@ -890,59 +1020,11 @@ class _Deleter:
             return None
         if stat.S_ISDIR(st.st_mode):
             return None
-        for k in known.values():
-            if (k.dev, k.ino) == (st.st_dev, st.st_ino):
-                return k
-        return None
-
-    def _walk_verify(self, fd: int, rel: str, known: dict[str, Entry]) -> None:
-        with os.scandir(fd) as it:
-            children = list(it)
-        for d in children:
-            crel = f"{rel}/{d.name}"
-            e = self._known(fd, d.name, crel, known)
-            if e is None:
-                raise _Skip("new files since the scan: a job is still writing")
-            if stat.S_ISDIR(e.mode):
-                st = self._verify(fd, d.name, e)
-                if not stat.S_ISDIR(st.st_mode):
-                    raise _Skip("replaced since the scan")
-                sub = self._open_sub(fd, d.name)
-                try:
-                    self._walk_verify(sub, crel, known)
-                finally:
-                    os.close(sub)
-            elif (e.dev, e.ino) in self.open_set:
-                raise _Skip("open in another process")
-            elif stat.S_ISREG(e.mode):
-                # Ask the kernel now, before anything of the unit is removed.
-                os.close(self._hold(fd, d.name, e))
-            else:
-                self._verify(fd, d.name, e)
-
-    def _remove_tree(self, fd: int, rel: str, known: dict[str, Entry], done: list[int]) -> None:
-        """Remove a folder's contents bottom-up; ``done`` counts [files, bytes] as it goes."""
-        with os.scandir(fd) as it:
-            children = list(it)
-        for d in children:
-            crel = f"{rel}/{d.name}"
-            e = self._known(fd, d.name, crel, known)
-            if e is None:
-                raise _Skip("new files since the scan: a job is still writing")
-            if stat.S_ISDIR(e.mode):
-                sub = self._open_sub(fd, d.name)
-                try:
-                    if os.fstat(sub).st_ino != e.ino:
-                        raise _Skip("replaced since the scan")
-                    self._remove_tree(sub, crel, known, done)
-                finally:
-                    os.close(sub)
-                os.rmdir(d.name, dir_fd=fd)
-                done[1] += e.size
-            else:
-                self._unlink_file(fd, d.name, e)
-                done[0] += 1
-                done[1] += e.size
+        if self._by_ino is None:
+            self._by_ino = {
+                (k.dev, k.ino): k for k in self.by_rel.values() if not stat.S_ISDIR(k.mode)
+            }
+        return self._by_ino.get((st.st_dev, st.st_ino))
 
 
 def _why(exc: OSError, what: str) -> str:
