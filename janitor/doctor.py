@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from janitor.errors import JanitorError
+from janitor.fdwalk import tree_shape
 from janitor.settings import Settings
 
 __all__ = ["Check", "run_checks"]
@@ -325,8 +326,7 @@ def _inotify_check(policy: Any) -> Check:
     for tree in policy.trees.values():
         if tree.role != "cache" or not tree.path.is_dir():
             continue
-        for _ in os.walk(tree.path):
-            folders += 1
+        folders += tree_shape(tree.path).folders  # any depth: no recursion, no long paths
     if folders * 2 > limit:
         return Check(
             "inotify",

@@ -28,6 +28,7 @@ from typing import Any, Literal, NamedTuple, get_args
 import numpy as np
 
 from janitor import inuse
+from janitor.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
 from janitor.ledger import Ledger, py_path
 from janitor.policy import TreePolicy
 from janitor.scan import Entry, Snapshot, gc_paused
@@ -53,7 +54,7 @@ Reason = Literal["quota", "age", "orphan", "pressure", "make-room"]
 #: Why a unit was kept although it could have been chosen.
 KEEP_REASONS = ("pinned", "reserved", "locked", "open", "young")
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = DIR_FLAGS
 
 # Column getters (C-level) of Unit and PlanItem, both NamedTuples.
 _U_SIZE = column(Unit, "size")
@@ -284,18 +285,27 @@ def _protected(
 
 def _judge(
     table: UnitTable, tree: TreePolicy, root: str, protection: Protection
-) -> tuple[Ints, dict[str, int]]:
-    """Positions of the units neither pinned, reserved, locked nor open; and counts of those
-    kept, by reason."""
+) -> tuple[Ints, dict[str, int], int]:
+    """Positions of the units neither pinned, reserved, locked nor open; counts of those kept,
+    by reason; and how many units there are to judge at all.
+
+    A unit that is only its lock file (an evicted entry's leftover: lock files are never
+    removed) frees nothing: it is neither chosen, nor kept, nor counted as a unit.
+    """
     kept = dict.fromkeys(KEEP_REASONS, 0)
+    idle = table.lock_only()
     protected = _protected(table, tree, root, protection)
-    if not protected:
-        return np.arange(len(table)), kept
+    if len(idle) and protected:
+        for i in idle.tolist():
+            protected.pop(i, None)
+    if not protected and not len(idle):
+        return np.arange(len(table)), kept, len(table)
     for why in protected.values():
         kept[why] += 1
     mask = np.ones(len(table), np.bool_)
     mask[list(protected)] = False
-    return np.flatnonzero(mask), kept
+    mask[idle] = False
+    return np.flatnonzero(mask), kept, len(table) - len(idle)
 
 
 def _lru_order(last_use: Floats, positions: Ints) -> tuple[Ints, Floats]:
@@ -369,7 +379,7 @@ def plan_tree(
     """
     table = UnitTable.of(units, snapshot.root)
     with gc_paused():
-        free, kept = _judge(table, tree, snapshot.root, protection)
+        free, kept, count = _judge(table, tree, snapshot.root, protection)
         usage = int(table.size.sum())
         quota = tree.quota_bytes(volume_total)
         low = tree.low_bytes(volume_total)
@@ -412,7 +422,7 @@ def plan_tree(
             device=snapshot.device,
             root_ino=snapshot.root_ino,
             usage=usage,
-            units=len(table),
+            units=count,
             quota=quota,
             low_watermark=low,
             planned=planned,
@@ -448,7 +458,7 @@ def plan_pressure(
             if tree.role != "cache":
                 continue
             table = UnitTable.of(units, snapshot.root)
-            free, kept = _judge(table, tree, snapshot.root, protection)
+            free, kept, count = _judge(table, tree, snapshot.root, protection)
             young = now - table.last_use[free] < tree.min_age
             kept["young"] = int(np.count_nonzero(young))
             free = free[~young]
@@ -466,7 +476,7 @@ def plan_pressure(
                     device=snapshot.device,
                     root_ino=snapshot.root_ino,
                     usage=int(table.size.sum()),
-                    units=len(table),
+                    units=count,
                     quota=None,
                     low_watermark=None,
                     planned=0,
@@ -615,6 +625,8 @@ class _Partial(Exception):
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 #: Folder fds kept open per tree while its units go (LRU beyond this; fds are a finite resource).
 _FOLDER_FDS = 64
+#: Of the folders opened on the way down to a unit's folder, the deepest this many are kept.
+_KEEP_ON_THE_WAY = 8
 
 
 class _Deleter:
@@ -624,6 +636,16 @@ class _Deleter:
     following a symlink and never leaving the tree's filesystem; its fd is then kept for the
     following units in it (at most ``_FOLDER_FDS`` at a time). An fd stays on the folder it was
     opened on, so a path swapped for a symlink later cannot redirect a delete.
+
+    A unit's lock file (``{fp}.wav.lock``) is never removed, even long after its entry is gone
+    and while nobody holds it. A converter may sit between its ``open()`` of the lock and its
+    ``flock()`` for any time (waiting on our write lease, preempted, suspended), and batchalign3
+    does not check after locking that the inode it locked is still the one the name points at:
+    if the name were unlinked meanwhile, it would lock a dead inode while the next converter
+    creates a new one, and both would write ``{fp}.tmp.wav`` at once. No order of checks (flock,
+    lease, rename aside first) can see a process that has resolved the name but not yet opened
+    it, so no removal is provably safe. Lock files are empty: leaving them costs an inode each,
+    and the planner never counts or chooses a unit that holds nothing else.
     """
 
     def __init__(
@@ -657,20 +679,43 @@ class _Deleter:
     # -- folders -------------------------------------------------------------------------------
 
     def _folder(self, folder: str) -> int:
-        """A kept fd of a folder below the root ("" is the root itself)."""
+        """A kept fd of a folder below the root ("" is the root itself).
+
+        Opened one component at a time from the deepest folder already open on the way (no
+        recursion, any depth); the last few opened on the way are kept too, for the units of
+        sibling folders, the others closed again.
+        """
         if not folder:
             return self.root_fd
         fd = self.folders.get(folder)
         if fd is not None:
             return fd
-        parent, _, name = folder.rpartition("/")
-        parent_fd = self._folder(parent)
-        fd = self._open_sub(parent_fd, name)
-        if len(self.folders) >= _FOLDER_FDS:
-            oldest = next(iter(self.folders))
-            os.close(self.folders.pop(oldest))
-        self.folders[folder] = fd
-        return fd
+        # The deepest folder already open on the way down: the parent, as a rule, else the root.
+        base = max((k for k in self.folders if folder.startswith(k + "/")), key=len, default="")
+        cur = self.folders[base] if base else self.root_fd
+        start = len(base) + 1 if base else 0
+        names = folder[start:].split("/")
+        keep_from = len(names) - _KEEP_ON_THE_WAY
+        temp = False  # cur is ours to close: opened on the way and not kept
+        end = start - 1
+        try:
+            for i, name in enumerate(names):
+                nxt = self._open_sub(cur, name)
+                if temp:
+                    os.close(cur)
+                cur, temp = nxt, True
+                end += len(name) + 1
+                if i >= keep_from:
+                    if len(self.folders) >= _FOLDER_FDS:
+                        oldest = next(iter(self.folders))
+                        os.close(self.folders.pop(oldest))
+                    self.folders[folder[:end]] = cur
+                    temp = False
+        except BaseException:
+            if temp:
+                os.close(cur)
+            raise
+        return cur
 
     def _open_sub(self, parent_fd: int, name: str) -> int:
         """Open a folder in a folder: no symlink, no other filesystem."""
@@ -802,11 +847,18 @@ class _Deleter:
         return self._delete_file_unit(unit)
 
     def _delete_file_unit(self, unit: Unit) -> tuple[int, int]:
+        """Remove a unit of files in one folder while holding its lock file's flock.
+
+        The lock file itself is never removed (see ``_Deleter``): only the files it guards.
+        """
         folders = {e.rel.rpartition("/")[0] for e in unit.entries}
         if len(folders) != 1:
             raise _Skip("unit spans folders")
-        dir_fd = self._folder(folders.pop())
         lock_name = unit.lock.rpartition("/")[2] if unit.lock is not None else None
+        victims = [e for e in unit.entries if e.rel.rpartition("/")[2] != lock_name]
+        if not victims:
+            raise _Skip("nothing but its lock file, which is never removed")
+        dir_fd = self._folder(folders.pop())
         lock_fd = None
         held: list[tuple[str, Entry, int | None]] = []  # (name, entry, fd of a regular file)
         try:
@@ -814,7 +866,7 @@ class _Deleter:
                 try:
                     lock_fd = os.open(lock_name, _FILE_FLAGS, dir_fd=dir_fd)
                 except FileNotFoundError:
-                    lock_fd = None
+                    lock_fd = None  # `cache clear` removed it, or no converter made one yet
                 except OSError as exc:
                     raise _Skip(_why(exc, "lock file")) from None
                 if lock_fd is not None:
@@ -822,20 +874,13 @@ class _Deleter:
                         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     except OSError:
                         raise _Skip("locked") from None
-            # Every file is checked (and held) before any is removed; the lock file goes last,
-            # while we still hold it.
-            for e in sorted(unit.entries, key=lambda e: e.rel.rpartition("/")[2] == lock_name):
+            # Every file is checked (and held) before any is removed, all under the lock: a
+            # converter that comes meanwhile waits on it, then finds the WAV gone and converts.
+            for e in victims:
                 name = e.rel.rpartition("/")[2]
                 if name in ("", ".", ".."):
                     raise _Skip("bad path component")
-                if name == lock_name and lock_fd is not None:
-                    st = os.fstat(lock_fd)
-                    if not stat.S_ISREG(st.st_mode):
-                        raise _Skip("replaced since the scan")
-                    self._same(st, e)
-                    self._alone(lock_fd, st)
-                    held.append((name, e, None))
-                elif stat.S_ISREG(e.mode):
+                if stat.S_ISREG(e.mode):
                     held.append((name, e, self._hold(dir_fd, name, e)))
                 else:
                     st = self._verify(dir_fd, name, e)
@@ -859,13 +904,13 @@ class _Deleter:
                 if fd is not None:
                     os.close(fd)
             if lock_fd is not None:
-                os.close(lock_fd)
+                os.close(lock_fd)  # drops our flock: a waiting converter goes on
 
     def _delete_dir_unit(self, unit: Unit) -> tuple[int, int]:
         if "/" in unit.key or unit.key in ("", ".", ".."):
             raise _Skip("not a folder directly under the root")
         head = unit.entries[0]
-        known = {e.rel: e for e in unit.entries}
+        known = _Known(unit.entries)
         unit_fd = self._open_sub(self.root_fd, unit.key)
         try:
             st = os.fstat(unit_fd)
@@ -893,9 +938,113 @@ class _Deleter:
                 raise
         return removed, size
 
-    def _known(self, fd: int, name: str, crel: str, known: dict[str, Entry]) -> Entry | None:
-        """The scanned entry of a name, including another name of a hard-linked file."""
-        e = known.get(crel)
+    def _enter(self, chain: FolderChain, name: str, e: Entry) -> int:
+        """Go into a scanned folder of the unit: the same inode, on the tree's filesystem."""
+        try:
+            return chain.enter(name, e.ino)
+        except FolderChanged as exc:
+            raise _Skip(str(exc)) from None
+        except OSError as exc:
+            raise _Skip(_why(exc, "folder")) from None
+
+    def _walk_verify(self, unit_fd: int, rel: str, known: _Known) -> None:
+        """Check every entry of a folder unit, at any depth, before anything of it is removed:
+        anything new or changed means a job is still alive."""
+        chain = FolderChain(unit_fd)
+        where = rel  # the folder the walk is in, relative to the root
+        todo = [_names(unit_fd)]
+        try:
+            while True:
+                names = todo[-1]
+                if not names:
+                    todo.pop()
+                    if not todo:
+                        return
+                    where = where.rpartition("/")[0]
+                    if not chain.leave():
+                        raise _Skip("moved since the scan")
+                    continue
+                name = names.pop()
+                fd = chain.fd
+                crel = f"{where}/{name}"
+                e = known.find(fd, name, crel)
+                if e is None:
+                    raise _Skip("new files since the scan: a job is still writing")
+                if stat.S_ISDIR(e.mode):
+                    st = self._verify(fd, name, e)
+                    if not stat.S_ISDIR(st.st_mode):
+                        raise _Skip("replaced since the scan")
+                    todo.append(_names(self._enter(chain, name, e)))
+                    where = crel
+                elif (e.dev, e.ino) in self.open_set:
+                    raise _Skip("open in another process")
+                elif stat.S_ISREG(e.mode):
+                    # Ask the kernel now, before anything of the unit is removed.
+                    os.close(self._hold(fd, name, e))
+                else:
+                    self._verify(fd, name, e)
+        finally:
+            chain.close()
+
+    def _remove_tree(self, unit_fd: int, rel: str, known: _Known, done: list[int]) -> None:
+        """Remove a folder's contents bottom-up, at any depth; ``done`` counts [files, bytes]
+        as it goes."""
+        chain = FolderChain(unit_fd)
+        where = rel
+        todo = [_names(unit_fd)]
+        inside: list[tuple[str, Entry]] = []  # the folder entered at each level below the unit
+        try:
+            while True:
+                names = todo[-1]
+                if not names:
+                    todo.pop()
+                    if not todo:
+                        return
+                    where = where.rpartition("/")[0]
+                    name, folder = inside.pop()
+                    if not chain.leave():
+                        raise _Skip("moved since the scan")
+                    os.rmdir(name, dir_fd=chain.fd)
+                    done[1] += folder.size
+                    continue
+                name = names.pop()
+                crel = f"{where}/{name}"
+                e = known.find(chain.fd, name, crel)
+                if e is None:
+                    raise _Skip("new files since the scan: a job is still writing")
+                if stat.S_ISDIR(e.mode):
+                    todo.append(_names(self._enter(chain, name, e)))
+                    inside.append((name, e))
+                    where = crel
+                else:
+                    self._unlink_file(chain.fd, name, e)
+                    done[0] += 1
+                    done[1] += e.size
+        finally:
+            chain.close()
+
+
+def _names(fd: int) -> list[str]:
+    """A folder's names, last listed first (``pop()`` takes them in listing order)."""
+    with os.scandir(fd) as it:
+        names = [d.name for d in it]
+    names.reverse()
+    return names
+
+
+class _Known:
+    """A folder unit's scanned entries by path relative to the root, and by inode for another
+    name of a hard-linked file (that index made only when first needed)."""
+
+    __slots__ = ("_by_ino", "by_rel")
+
+    def __init__(self, entries: Iterable[Entry]) -> None:
+        self.by_rel = {e.rel: e for e in entries}
+        self._by_ino: dict[tuple[int, int], Entry] | None = None
+
+    def find(self, fd: int, name: str, crel: str) -> Entry | None:
+        """The scanned entry of ``name`` in folder ``fd`` (whose path is ``crel``), if any."""
+        e = self.by_rel.get(crel)
         if e is not None:
             return e
         try:
@@ -904,59 +1053,11 @@ class _Deleter:
             return None
         if stat.S_ISDIR(st.st_mode):
             return None
-        for k in known.values():
-            if (k.dev, k.ino) == (st.st_dev, st.st_ino):
-                return k
-        return None
-
-    def _walk_verify(self, fd: int, rel: str, known: dict[str, Entry]) -> None:
-        with os.scandir(fd) as it:
-            children = list(it)
-        for d in children:
-            crel = f"{rel}/{d.name}"
-            e = self._known(fd, d.name, crel, known)
-            if e is None:
-                raise _Skip("new files since the scan: a job is still writing")
-            if stat.S_ISDIR(e.mode):
-                st = self._verify(fd, d.name, e)
-                if not stat.S_ISDIR(st.st_mode):
-                    raise _Skip("replaced since the scan")
-                sub = self._open_sub(fd, d.name)
-                try:
-                    self._walk_verify(sub, crel, known)
-                finally:
-                    os.close(sub)
-            elif (e.dev, e.ino) in self.open_set:
-                raise _Skip("open in another process")
-            elif stat.S_ISREG(e.mode):
-                # Ask the kernel now, before anything of the unit is removed.
-                os.close(self._hold(fd, d.name, e))
-            else:
-                self._verify(fd, d.name, e)
-
-    def _remove_tree(self, fd: int, rel: str, known: dict[str, Entry], done: list[int]) -> None:
-        """Remove a folder's contents bottom-up; ``done`` counts [files, bytes] as it goes."""
-        with os.scandir(fd) as it:
-            children = list(it)
-        for d in children:
-            crel = f"{rel}/{d.name}"
-            e = self._known(fd, d.name, crel, known)
-            if e is None:
-                raise _Skip("new files since the scan: a job is still writing")
-            if stat.S_ISDIR(e.mode):
-                sub = self._open_sub(fd, d.name)
-                try:
-                    if os.fstat(sub).st_ino != e.ino:
-                        raise _Skip("replaced since the scan")
-                    self._remove_tree(sub, crel, known, done)
-                finally:
-                    os.close(sub)
-                os.rmdir(d.name, dir_fd=fd)
-                done[1] += e.size
-            else:
-                self._unlink_file(fd, d.name, e)
-                done[0] += 1
-                done[1] += e.size
+        if self._by_ino is None:
+            self._by_ino = {
+                (k.dev, k.ino): k for k in self.by_rel.values() if not stat.S_ISDIR(k.mode)
+            }
+        return self._by_ino.get((st.st_dev, st.st_ino))
 
 
 def _why(exc: OSError, what: str) -> str:

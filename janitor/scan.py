@@ -3,7 +3,9 @@
 The walk never follows a symlink, never crosses into another filesystem, counts a hard-linked
 file once, takes names that are not valid UTF-8 (kept with ``surrogateescape``, as ``os`` does),
 and skips a folder that vanishes, cannot be read or is swapped for another between its lstat and
-its open, counting it instead of failing.
+its open, counting it instead of failing. Trees of any depth are walked without recursion and
+with a bounded number of open folders, relative to their parents (``janitor.fdwalk``): no full
+path longer than the root's is ever passed to the kernel.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, cast
 
+from janitor.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
+
 __all__ = ["Entry", "Snapshot", "display_path", "gc_paused", "scan"]
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_FLAGS = DIR_FLAGS
 _REPORT_EVERY = 4096  # entries between two progress calls
 
 
@@ -124,9 +128,8 @@ def _scan(
     # Folders are opened relative to their parent's descriptor with O_NOFOLLOW, and entries are
     # lstat'ed relative to it (fstatat): no symlink can redirect the walk, and the kernel does not
     # resolve the whole path again for every file, which is most of the walk's cost.
-    flags = _DIR_FLAGS
     try:
-        root_fd = os.open(root, flags)
+        root_fd = os.open(root, _DIR_FLAGS)
     except OSError:
         return Snapshot(root, device, rst.st_ino, taken, (), 1, exists=False)
     try:
@@ -137,113 +140,121 @@ def _scan(
         os.close(root_fd)
         return Snapshot(root, device, rst.st_ino, taken, (), 1, exists=False)
     entries: list[Entry] = []
-    skipped = 0
-    # (folder's descriptor, its path + "/", its path relative to the root + "/" or "", depth)
-    stack: list[tuple[int, str, str, int]] = [(root_fd, root + "/", "", 0)]
+    chain = FolderChain(root_fd)
     try:
-        skipped = _walk(stack, entries, device, progress, max_depth)
+        skipped = _walk(chain, root, entries, device, progress, max_depth)
     finally:
-        for fd, *_ in stack:  # left open only when the walk was interrupted
-            os.close(fd)
+        chain.close()  # every folder below the root the walk still had open
+        os.close(root_fd)
     if progress is not None:
         progress(len(entries))
     return Snapshot(root, device, rst.st_ino, taken, tuple(entries), skipped)
 
 
 def _walk(
-    stack: list[tuple[int, str, str, int]],
+    chain: FolderChain,
+    root: str,
     entries: list[Entry],
     device: int,
     progress: Callable[[int], None] | None,
     max_depth: int | None,
 ) -> int:
-    """Drain ``stack`` depth first into ``entries``; the number of folders skipped.
+    """Walk the tree below ``chain``'s top depth first into ``entries``; the number of folders
+    skipped.
+
+    No recursion and no full paths: each folder is opened relative to its parent (``chain``
+    keeps a bounded number open however deep the tree goes), and its subfolders wait in a list
+    per level of the chain, as (name, inode, path, rel, depth). The order is the one of a stack
+    of folders: a folder's entries, then its subfolders' trees, the last listed first.
 
     The loop body runs once per file and is most of the scan's Python time, so every name it
     needs is a local, each entry is built with ``tuple.__new__`` (the NamedTuple constructor is a
     Python-level call per file) and its path with one concatenation, and the device number stored
     is the root's own int object (equal by then), one allocation less per entry: the memory the
     snapshot holds (about half a KiB a file, all freshly faulted in) is much of the scan's cost.
+    A snapshot holds every entry's full path: a deep tree costs memory in the sum of its paths'
+    lengths (10,000 levels of one-letter names: about 200 MB).
     """
     append = entries.append
-    pop = stack.pop
-    push = stack.append
     new = cast("Callable[[type[Entry], tuple[object, ...]], Entry]", tuple.__new__)
     scandir = os.scandir
-    open_ = os.open
-    close = os.close
-    fstat = os.fstat
     s_isdir = stat.S_ISDIR
-    flags = _DIR_FLAGS
     seen: set[int] = set()  # inodes of multiply-linked files already listed (one device)
     skipped = 0
     next_report = _REPORT_EVERY
-    while stack:
-        fd, prefix, rel_prefix, depth = pop()
-        descend = max_depth is None or depth + 1 < max_depth
-        try:
-            it = scandir(fd)
-        except OSError:
-            close(fd)
-            skipped += 1
-            continue
-        try:
-            with it:
-                for d in it:
-                    try:
-                        st = d.stat(follow_symlinks=False)
-                    except OSError:
-                        continue  # vanished between readdir and lstat
-                    if st.st_dev != device:
-                        continue  # a mount point inside the tree: never ours
-                    mode = st.st_mode
-                    if st.st_nlink > 1 and not s_isdir(mode):
-                        ino = st.st_ino
-                        if ino in seen:
-                            continue
-                        seen.add(ino)
-                    name = d.name
-                    rel = rel_prefix + name
-                    append(
-                        new(
-                            Entry,
-                            (
-                                prefix + name,
-                                rel,
-                                st.st_blocks * 512,
-                                st.st_ino,
-                                device,
-                                st.st_mtime,
-                                st.st_atime,
-                                st.st_ctime,
-                                st.st_uid,
-                                mode,
-                                st.st_size,
-                            ),
+    # Per level of the chain: the subfolders not yet walked (name, ino, path, rel, depth).
+    todo: list[list[tuple[str, int, str, str, int]]] = []
+    here: tuple[str, str, int] | None = (root, "", 0)  # the folder to list: path, rel, depth
+    while True:
+        if here is not None:
+            path, rel_dir, depth = here
+            here = None
+            prefix = path + "/"
+            rel_prefix = rel_dir + "/" if rel_dir else ""
+            descend = max_depth is None or depth + 1 < max_depth
+            subs: list[tuple[str, int, str, str, int]] = []
+            todo.append(subs)
+            push = subs.append
+            try:
+                with scandir(chain.fd) as it:
+                    for d in it:
+                        try:
+                            st = d.stat(follow_symlinks=False)
+                        except OSError:
+                            continue  # vanished between readdir and lstat
+                        if st.st_dev != device:
+                            continue  # a mount point inside the tree: never ours
+                        mode = st.st_mode
+                        if st.st_nlink > 1 and not s_isdir(mode):
+                            ino = st.st_ino
+                            if ino in seen:
+                                continue
+                            seen.add(ino)
+                        name = d.name
+                        rel = rel_prefix + name
+                        full = prefix + name
+                        append(
+                            new(
+                                Entry,
+                                (
+                                    full,
+                                    rel,
+                                    st.st_blocks * 512,
+                                    st.st_ino,
+                                    device,
+                                    st.st_mtime,
+                                    st.st_atime,
+                                    st.st_ctime,
+                                    st.st_uid,
+                                    mode,
+                                    st.st_size,
+                                ),
+                            )
                         )
-                    )
-                    if descend and s_isdir(mode):
-                        try:
-                            child = open_(name, flags, dir_fd=fd)
-                        except OSError:
-                            skipped += 1
-                            continue
-                        # The folder opened must be the one just lstat'ed, not one renamed or
-                        # mounted into its place in between.
-                        try:
-                            cst = fstat(child)
-                        except OSError:
-                            cst = None
-                        if cst is None or cst.st_ino != st.st_ino or cst.st_dev != device:
-                            close(child)
-                            skipped += 1
-                            continue
-                        push((child, prefix + name + "/", rel + "/", depth + 1))
-        except OSError:
-            skipped += 1  # the listing itself failed part way (an I/O error, a revoked mount)
-        finally:
-            close(fd)
-        if progress is not None and len(entries) >= next_report:
-            progress(len(entries))
-            next_report = len(entries) + _REPORT_EVERY
-    return skipped
+                        if descend and s_isdir(mode):
+                            push((name, st.st_ino, full, rel, depth + 1))
+            except OSError:
+                skipped += 1  # it cannot be listed, or the listing failed part way (I/O error)
+            if progress is not None and len(entries) >= next_report:
+                progress(len(entries))
+                next_report = len(entries) + _REPORT_EVERY
+        subs = todo[-1]
+        if subs:
+            name, ino, path, rel_dir, depth = subs.pop()
+            try:
+                # The folder opened must be the one just lstat'ed, not one renamed or mounted
+                # into its place in between.
+                chain.enter(name, ino)
+            except (OSError, FolderChanged):
+                skipped += 1
+                continue
+            here = (path, rel_dir, depth)
+            continue
+        todo.pop()
+        if not todo:
+            return skipped
+        if not chain.leave():
+            # The parent moved away while its subtree was walked: what it still had to walk
+            # cannot be reached as the folder that was listed.
+            skipped += len(todo[-1])
+            todo[-1].clear()

@@ -8,9 +8,10 @@ allocated bytes (``st_blocks * 512``), so a sparse or compressed file counts wha
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from janitor.fdwalk import tree_size
 
 __all__ = [
     "VolumeStats",
@@ -95,38 +96,8 @@ def allocated_size(path: Path | str) -> int:
     """Allocated bytes of a file, or of a folder's whole tree; 0 if it does not exist.
 
     Never follows symlinks, never crosses into another filesystem, counts hard links once, and
-    skips whatever vanishes while it walks, so it is safe on a tree that a job is writing.
+    skips whatever vanishes while it walks, so it is safe on a tree that a job is writing. Any
+    depth: the walk goes folder by folder relative to its parent (no path longer than ``path``
+    reaches the kernel, no recursion).
     """
-    try:
-        st = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return 0
-    if not stat.S_ISDIR(st.st_mode):
-        return st.st_blocks * 512
-    total = st.st_blocks * 512
-    device = st.st_dev
-    seen: set[tuple[int, int]] = set()
-    stack = [os.fsencode(path)]
-    while stack:
-        folder = stack.pop()
-        try:
-            it = os.scandir(folder)
-        except (FileNotFoundError, NotADirectoryError, PermissionError):
-            continue
-        with it:
-            for entry in it:
-                try:
-                    est = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if est.st_dev != device:
-                    continue
-                if est.st_nlink > 1 and not stat.S_ISDIR(est.st_mode):
-                    key = (est.st_dev, est.st_ino)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                total += est.st_blocks * 512
-                if stat.S_ISDIR(est.st_mode):
-                    stack.append(entry.path)
-    return total
+    return tree_size(path)

@@ -270,8 +270,10 @@ def make_room(
             return None
         now = time.time()
         scanned = [s for s in _scan_trees(ledger, trees, None) if s[0].exists]
-        if not any(units for _, units, _ in scanned):
-            return None  # nothing to evict: skip the walk over every process's open files
+        if not any(len(units) > len(units.lock_only()) for _, units, _ in scanned):
+            # Nothing to evict (lock files of evicted entries free nothing): skip the walk over
+            # every process's open files.
+            return None
         protection = _protection(ledger, scanned, {device}, now)
         plan = plan_pressure(scanned, need, protection=protection, now=now, reason=reason)
         if not plan.items:

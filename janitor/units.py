@@ -303,6 +303,7 @@ class UnitTable(LazySequence[Unit]):
     """
 
     __slots__ = (
+        "_idle",
         "_key_of",
         "_keys",
         "_matched",
@@ -334,6 +335,7 @@ class UnitTable(LazySequence[Unit]):
         suffixes: tuple[str, ...] | None = None,
         template: str | None = None,
         units: tuple[Unit, ...] | None = None,
+        idle: Ints | None = None,
     ) -> None:
         self.kind = kind
         self.root = root
@@ -352,6 +354,7 @@ class UnitTable(LazySequence[Unit]):
         self._suffixes = suffixes
         self._template = template
         self._units = units
+        self._idle = idle  # positions of the units that are only their lock file; None: unknown
 
     @classmethod
     def of(cls, units: Iterable[Unit], root: str = "") -> UnitTable:
@@ -429,6 +432,44 @@ class UnitTable(LazySequence[Unit]):
         if "{key}" in template and not self._matched[i]:
             return None
         return _lock_path(self.root, template, key)
+
+    def lock_only(self) -> Ints:
+        """Positions of the units that hold nothing but their own lock file: what an evicted
+        cache entry leaves behind (lock files are never removed), which frees nothing."""
+        if self._idle is None:
+            self._idle = self._find_lock_only()
+        return self._idle
+
+    def _find_lock_only(self) -> Ints:
+        if self._units is not None:
+            return np.array(
+                [
+                    i
+                    for i, u in enumerate(self._units)
+                    if u.lock is not None and u.entries and all(e.path == u.lock for e in u.entries)
+                ],
+                np.int64,
+            )
+        template = self._template
+        if not template or not len(self):
+            return np.zeros(0, np.int64)
+        # Only a unit of one file can be its own lock file, and its name ends as every lock
+        # file's name does (the template's text after its last {key}): one pass in C over the
+        # names of the one-file units finds the few candidates, each then confirmed.
+        rels = self._rels_column()
+        if self.starts is None:
+            singles: list[int] | None = None
+            names: Sequence[str] = rels
+        else:
+            ones = np.flatnonzero(np.diff(self.starts) == 1)
+            singles = ones.tolist()
+            names = list(map(rels.__getitem__, self.starts[ones].tolist()))
+        tail = template.rpartition("{key}")[2]
+        hits = _positions(list(map(str.endswith, names, repeat(tail))))
+        base = self.root + "/"
+        units = hits if singles is None else list(map(singles.__getitem__, hits))
+        found = [i for i, h in zip(units, hits, strict=True) if self.lock(i) == base + names[h]]
+        return np.array(found, np.int64)
 
     def _unit(self, i: int) -> Unit:
         if self._units is not None:
@@ -606,20 +647,30 @@ def _file_units(
     singles = partial(
         UnitTable, files=files, starts=None, size=sizes, last_use=lasts, rels=rels, **common
     )
+    # With a lock file named {key} + tail, a file is its unit's lock only if the group matched
+    # its name and stripped exactly that tail: known at once below where keys are not made.
+    lock = tree.lock or ""
+    keyed_lock = lock.startswith("{key}") and lock.count("{key}") == 1
+    none = np.zeros(0, np.int64)
     if not tree.group:
         # Every file its own unit, keyed by its path; no name matches a group.
-        return singles(keys=rels, matched=np.zeros(m, np.bool_))
+        idle = none if keyed_lock or not tree.lock else None
+        return singles(keys=rels, matched=np.zeros(m, np.bool_), idle=idle)
     rx = re.compile(tree.group)
     form = _suffix_form(tree.group)
     if form is not None:
         least, _strip, ends = form
         s0 = _one_suffix(rels, ends, least)
         if s0 is not None:
+            idle = None
+            if keyed_lock:  # every name is its key + s0: all lock files, or none
+                idle = np.arange(m) if s0 and s0 == lock[5:] else none
             return singles(
                 keys=rels if s0 == "" else None,
                 key_of=partial(_match_key, rx),
                 matched=np.full(m, s0 != "", np.bool_),
                 suffixes=tuple(sorted(ends)),
+                idle=idle,
             )
     keys, matched = _group_keys(tree.group, rels)
     hits = np.ones(m, np.bool_) if matched is None else np.array(matched, np.bool_)

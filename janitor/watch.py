@@ -6,6 +6,14 @@ going away), since their rule is age and a busy job's writes need no reaction. W
 cannot be set (inotify limits, a missing root that cannot be created) or breaks (root deleted and
 recreated), the tree falls back to polling, ``status()`` says why, and ``rearm()`` retries.
 
+A cache tree that holds a folder too deep to watch is polled too, with the reason: watchdog
+watches each folder by its full path (inotify cannot take one longer than PATH_MAX) and walks the
+tree with ``os.walk``, which recurses in Python 3.11 and raises RecursionError a thousand levels
+down. Such a folder present when the watch is armed is found first (``fdwalk.tree_shape``), one
+that grows past PATH_MAX is noticed from its events, and one moved in whole, which kills a
+watchdog thread with that RecursionError, is noticed through ``threading.excepthook``: every
+tree then polls until ``rearm()`` restarts the observer, and the others are watched again.
+
 Single files (the policy) can be watched too, through a watch on their folder. Nothing here
 polls: the debounce thread sleeps until the next deadline, and not at all while nothing is dirty.
 """
@@ -14,15 +22,20 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
+from watchdog.utils import BaseThread
 
+from janitor.fdwalk import tree_shape
 from janitor.policy import TreePolicy
 
 __all__ = ["TreeWatcher", "WatchState"]
@@ -43,15 +56,103 @@ class WatchState:
 _Key = tuple[str, str]
 
 
+#: A tree polled because a folder is too deep to watch is measured again at most this often.
+DEEP_RECHECK_S = 60.0
+
+
+def _path_max(path: Path | str) -> int:
+    """The longest path the kernel takes for ``path``'s filesystem (4096 on Linux)."""
+    try:
+        return os.pathconf(path, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return 4096
+
+
+def _walk_depth_limit() -> int | None:
+    """Folder levels watchdog's ``os.walk`` gets through, None for any: before Python 3.12 it
+    recurses once per level, and the thread arming a watch already has frames of its own."""
+    if sys.version_info >= (3, 12):
+        return None
+    return max(sys.getrecursionlimit() - 200, 50)
+
+
+def too_deep_to_watch(path: Path | str) -> str | None:
+    """Why a recursive watch of ``path`` cannot work, or None: a folder whose full path is
+    longer than PATH_MAX, or deeper than watchdog's walk gets (the walk stops at the first)."""
+    root_len = len(os.fsencode(os.path.abspath(path)))
+    limit = _path_max(path)
+    depth_limit = _walk_depth_limit()
+    # A folder's full path is root/rel: the walk stops at the first one inotify cannot take.
+    shape = tree_shape(path, max_depth=depth_limit, max_length=max(limit - 2 - root_len, 0))
+    if shape.complete:
+        return None
+    length = root_len + 1 + shape.longest
+    if length >= limit:
+        return (
+            f"a folder in it has a path of {length} bytes or more, over PATH_MAX ({limit}): "
+            "inotify cannot watch it"
+        )
+    return f"a folder in it is {shape.depth} levels deep or more: too deep for watchdog to walk"
+
+
 class _Handler(FileSystemEventHandler):
-    def __init__(self, tree: str, mark: Callable[[_Key], None]) -> None:
+    def __init__(
+        self,
+        tree: str,
+        mark: Callable[[_Key], None],
+        too_deep: Callable[[str, str], None],
+        path_max: int,
+    ) -> None:
+        self.tree = tree
         self.key = ("tree", tree)
         self.mark = mark
+        self.too_deep = too_deep
+        self.path_max = path_max
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in ("opened", "closed_no_write"):
             return  # reads change nothing we act on
         self.mark(self.key)
+        if event.is_directory and event.event_type in ("created", "moved"):
+            # watchdog watches a new folder by its full path: past PATH_MAX it silently cannot,
+            # and nothing below it would ever be reported.
+            where = getattr(event, "dest_path", "") or event.src_path
+            length = len(os.fsencode(where))
+            if length >= self.path_max:
+                self.too_deep(
+                    self.tree,
+                    f"a folder in it has a path of {length} bytes, over PATH_MAX "
+                    f"({self.path_max}): inotify cannot watch it",
+                )
+
+
+#: Live watchers, told when a watchdog thread dies (``threading.excepthook`` is per process).
+_WATCHERS: weakref.WeakSet[TreeWatcher] = weakref.WeakSet()
+_hook_lock = threading.Lock()
+_hooked = False
+
+
+def _install_thread_hook() -> None:
+    """Chain a ``threading.excepthook`` that tells every watcher when a watchdog thread dies
+    (its observer then delivers nothing, though it looks alive)."""
+    global _hooked
+    with _hook_lock:
+        if _hooked:
+            return
+        previous = threading.excepthook
+
+        def hook(args: threading.ExceptHookArgs) -> None:
+            if not isinstance(args.thread, BaseThread) or not _WATCHERS:
+                previous(args)
+                return
+            # One line, not the default dump (a RecursionError's is a thousand frames deep).
+            why = f"{args.exc_type.__name__}: {args.exc_value}"
+            log.debug("watchdog thread %s died", args.thread.name, exc_info=args.exc_value)
+            for watcher in list(_WATCHERS):
+                watcher._observer_failed(why)
+
+        threading.excepthook = hook
+        _hooked = True
 
 
 class _FileHandler(FileSystemEventHandler):
@@ -105,11 +206,16 @@ class TreeWatcher:
         self._cond = threading.Condition(self._lock)  # notified when a key turns dirty
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        self._deep: dict[str, float] = {}  # tree -> when to measure it again (monotonic)
+        self._too_deep: dict[str, str] = {}  # trees found too deep from their events: why
+        self._broken: str | None = None  # why the observer stopped delivering events
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the observer and arm every tree's watch."""
+        _install_thread_hook()
+        _WATCHERS.add(self)
         self._observer = self._factory()
         self._observer.daemon = True
         self._observer.start()
@@ -124,6 +230,7 @@ class TreeWatcher:
         with self._cond:
             self._stop.set()
             self._cond.notify_all()
+        _WATCHERS.discard(self)
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(timeout)
@@ -146,18 +253,32 @@ class TreeWatcher:
         observer = self._observer
         if observer is None:
             return
+        recursive = tree.role == "cache"
+        if recursive and time.monotonic() < self._deep.get(name, 0.0):
+            return  # found too deep a moment ago: measured again later, not every re-arm
         try:
             tree.path.mkdir(parents=True, exist_ok=True, mode=0o700)
             st = os.lstat(tree.path)
             if not os.path.isdir(tree.path) or os.path.islink(tree.path):
                 raise OSError(f"{tree.path} is not a folder")
-            watch = observer.schedule(
-                _Handler(name, self._mark), str(tree.path), recursive=tree.role == "cache"
-            )
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            if getattr(exc, "errno", None) in (28, 24):  # ENOSPC/EMFILE from inotify
-                reason = f"inotify limit reached ({reason}); raise fs.inotify.max_user_watches"
+            deep = too_deep_to_watch(tree.path) if recursive else None
+            if deep is not None:
+                self._deep[name] = time.monotonic() + DEEP_RECHECK_S
+                self._set(name, WatchState(name, "polling", deep))
+                log.warning("tree %s is not watched, polling instead: %s", name, deep)
+                return
+            self._deep.pop(name, None)
+            with self._lock:
+                self._too_deep.pop(name, None)
+            handler = _Handler(name, self._mark, self._found_too_deep, _path_max(tree.path))
+            watch = observer.schedule(handler, str(tree.path), recursive=recursive)
+        except Exception as exc:  # watchdog may raise more than OSError (RecursionError)
+            if isinstance(exc, OSError):
+                reason = exc.strerror or str(exc)
+                if exc.errno in (28, 24):  # ENOSPC/EMFILE from inotify
+                    reason = f"inotify limit reached ({reason}); raise fs.inotify.max_user_watches"
+            else:
+                reason = f"watchdog failed: {type(exc).__name__}: {exc}"
             self._set(name, WatchState(name, "polling", reason))
             log.warning("watch of tree %s failed, polling instead: %s", name, reason)
             return
@@ -181,19 +302,67 @@ class TreeWatcher:
         with self._lock:
             self._states[name] = state
 
+    def _found_too_deep(self, name: str, reason: str) -> None:
+        """Called from an observer thread: the tree polls from now on (``rearm`` drops its
+        watch, which cannot be done from inside watchdog's own dispatch)."""
+        with self._lock:
+            first = name not in self._too_deep
+            self._too_deep[name] = reason
+            self._states[name] = WatchState(name, "polling", reason)
+        if first:
+            log.warning("tree %s is no longer watched, polling instead: %s", name, reason)
+
+    def _observer_failed(self, why: str) -> None:
+        """Called when a watchdog thread died: no tree's events can be trusted until ``rearm``
+        restarts the observer, so every tree polls, and each is marked changed."""
+        with self._lock:
+            if self._stop.is_set() or self._observer is None:
+                return
+            self._broken = why
+            reason = f"the file observer failed ({why}); restarting it"
+            for name in self.trees:
+                if name in self._watches:  # the others already poll, and say why
+                    self._states[name] = WatchState(name, "polling", reason)
+        log.error("a watchdog thread died (%s): trees are polled until it restarts", why)
+        for name in self.trees:
+            self._mark(("tree", name))
+
     def rearm(self) -> None:
-        """Re-arm watches that failed or whose root was replaced (deleted and recreated)."""
+        """Re-arm watches that failed or whose root was replaced (deleted and recreated);
+        restart the observer if one of its threads died."""
         observer = self._observer
         if observer is None or self._stop.is_set():
             return
-        if not observer.is_alive():
+        with self._lock:
+            broken, self._broken = self._broken, None
+        if broken is not None or not observer.is_alive():
             log.warning("the file observer died; restarting it")
+            if observer.is_alive():
+                try:
+                    observer.stop()
+                    observer.join(3.0)
+                except Exception:  # a half-dead observer must not keep us from a new one
+                    log.exception("stopping the failed file observer")
             with self._lock:
                 self._watches.clear()
             self._observer = observer = self._factory()
             observer.daemon = True
             observer.start()
             self._arm_files()
+        with self._lock:
+            deep = dict(self._too_deep)
+        for name, reason in deep.items():
+            with self._lock:
+                current = self._watches.pop(name, None)
+            if current is not None:
+                try:
+                    observer.unschedule(current[0])
+                except Exception:
+                    pass
+            self._deep[name] = time.monotonic() + DEEP_RECHECK_S
+            self._set(name, WatchState(name, "polling", reason))
+            with self._lock:
+                self._too_deep.pop(name, None)
         for name, tree in self.trees.items():
             with self._lock:
                 current = self._watches.get(name)

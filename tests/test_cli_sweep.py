@@ -118,6 +118,53 @@ def test_sweep_dry_run_json_shape(two_caches: tuple[Path, Path, Path]) -> None:
     assert (one / f"{fp(0)}.wav").exists()
 
 
+def test_sweep_json_after_evictions_that_leave_lock_files(
+    tmp_path: Path, write_policy: Callable[..., Path]
+) -> None:
+    """Evicted entries keep their lock files; the JSON keeps its shape and its numbers: files
+    removed without the lock, bytes as planned, and the leftovers counted nowhere next time."""
+    cache = tmp_path / "cache"
+    for i in range(4):
+        make_entry(cache, fp(i), 16 * KiB, age=(5 - i) * DAY, tmp=i == 0)
+    write_policy({"cache": cache_tree(cache, quota="40KiB", low_watermark="20KiB")}, floor="1MiB")
+    data = _json(["sweep", "--json"])
+    assert set(data) == {
+        "dry_run",
+        "planned_bytes",
+        "deleted_bytes",
+        "reclaimed_bytes",
+        "items",
+        "trees",
+        "volumes",
+        "warnings",
+    }
+    items = {it["path"]: it for it in data["items"]}
+    assert set(items) == {str(cache / f"{fp(i)}.wav") for i in range(3)}
+    for it in items.values():
+        assert set(it) == ITEM_KEYS
+        assert it["deleted"] is True and it["skipped"] is None
+    assert items[str(cache / f"{fp(0)}.wav")]["files"] == 2  # the .wav and its .tmp.wav
+    assert items[str(cache / f"{fp(1)}.wav")]["files"] == 1
+    assert data["deleted_bytes"] == data["planned_bytes"]  # lock files hold no blocks
+    (tree,) = data["trees"]
+    assert set(tree) == TREE_KEYS
+    assert (tree["units"], tree["reaches_target"]) == (4, True)
+    assert sorted(os.listdir(cache)) == sorted(
+        [f"{fp(3)}.wav", *(f"{fp(i)}.wav.lock" for i in range(4))]
+    )
+
+    again = _json(["sweep", "--json"])
+    assert again["items"] == [] and again["planned_bytes"] == 0
+    (tree,) = again["trees"]
+    assert (tree["units"], tree["planned"], tree["kept"], tree["reaches_target"]) == (
+        1,
+        0,
+        {},
+        True,
+    )
+    assert tree["usage"] == allocated(cache / f"{fp(3)}.wav")
+
+
 def test_sweep_one_tree_touches_only_that_tree(two_caches: tuple[Path, Path, Path]) -> None:
     one, two, jobs = two_caches
     before_two = sorted(os.listdir(two))

@@ -380,18 +380,79 @@ def test_a_job_folder_whose_file_grew_after_planning_is_kept(
 # -- what a sweep removes, and what it records -----------------------------------------------------
 
 
-def test_an_evicted_entry_goes_with_its_tmp_wav_and_lock_file(
+def test_an_evicted_entry_goes_with_its_tmp_wav_but_its_lock_file_stays(
     tmp_path: Path, jan_for: JanFor
 ) -> None:
+    """The lock file guards the entry's name for the converters (never unlinked: a converter
+    that opened it a moment before would lock a dead inode); everything else goes."""
     root = tmp_path / "cache"
     make_entry(root, fp(0), 32 * KiB, age=2 * DAY, tmp=True)
+    lock = root / f"{fp(0)}.wav.lock"
+    ino = os.lstat(lock).st_ino
     jan = _cache(jan_for, root)
     report = jan.sweep().report
     (o,) = report.outcomes
     assert o.deleted
-    left = sorted(os.listdir(root))
-    assert left == [], f"left behind after evicting the entry: {left}"
-    assert o.files == 3
+    assert sorted(os.listdir(root)) == [lock.name]
+    assert os.lstat(lock).st_ino == ino  # the very same file, not a new one
+    assert o.files == 2
+    unit = o.item.unit
+    assert o.bytes == sum(e.size for e in unit.entries if e.path != unit.lock)
+    (row,) = _deletes(jan)
+    assert row.path == str(root / f"{fp(0)}.wav")
+
+
+def test_lock_files_left_by_evicted_entries_are_never_planned_nor_counted(
+    tmp_path: Path, jan_for: JanFor
+) -> None:
+    """A unit that is only its lock file frees nothing: it is not chosen (not even past
+    max_age), not kept for any reason, not a unit in the counts, and it does not keep a cache
+    from reaching its target."""
+    root = tmp_path / "cache"
+    for i in range(6):
+        make_entry(root, fp(i), 32 * KiB, age=(10 - i) * DAY)
+    for i in range(100, 140):  # leftovers of entries evicted long ago
+        make_file(root / f"{fp(i)}.wav.lock", 0, age=30 * DAY)
+    with flock_held(root / f"{fp(100)}.wav.lock"):  # a converter about to convert it anew
+        jan = _cache(jan_for, root, quota="100KiB", low_watermark="64KiB", max_age="20d")
+        result = jan.sweep()
+    (tp,) = result.plan.trees
+    assert tp.units == 6
+    assert dict(tp.kept) == {}
+    planned = {i.unit.key for i in result.plan.items}
+    assert planned == {fp(0), fp(1), fp(2), fp(3)}, planned  # LRU down to 64 KiB
+    assert tp.reaches_target
+    assert all(o.deleted for o in result.report.outcomes)
+    assert len(os.listdir(root)) == 2 * 2 + 40 + 4  # 2 entries kept; every lock file stays
+
+    again = jan.sweep()  # what is left is under quota, and the leftovers change nothing
+    assert again.plan.items == ()
+    (tp,) = again.plan.trees
+    assert (tp.units, tp.planned, tp.reaches_target, dict(tp.kept)) == (2, 0, True, {})
+
+
+def test_a_cache_cleared_by_batchalign3_still_sweeps(tmp_path: Path, jan_for: JanFor) -> None:
+    """`batchalign3 cache clear` deletes every file, lock files (even held ones) included:
+    entries made afterwards, with or without a lock file, are evicted as before, and a
+    conversion killed after the clear (a lone .tmp.wav, no lock file) is cleaned up."""
+    root = tmp_path / "cache"
+    for i in range(3):
+        make_entry(root, fp(i), 32 * KiB, age=(3 - i) * DAY, tmp=True)
+    jan = _cache(jan_for, root)
+    assert jan.sweep().report.deleted_units == 3
+    assert sorted(os.listdir(root)) == sorted(f"{fp(i)}.wav.lock" for i in range(3))
+    for name in os.listdir(root):  # cache clear
+        os.unlink(root / name)
+    make_entry(root, fp(5), 32 * KiB, age=2 * DAY)  # converted again since: a new lock file
+    make_entry(root, fp(6), 32 * KiB, age=2 * DAY, lock=False)
+    make_file(root / f"{fp(7)}.tmp.wav", 16 * KiB, age=2 * DAY)
+    result = jan.sweep()
+    assert {o.item.unit.key: o.deleted for o in result.report.outcomes} == {
+        fp(5): True,
+        fp(6): True,
+        fp(7): True,
+    }
+    assert sorted(os.listdir(root)) == [f"{fp(5)}.wav.lock"]
 
 
 def test_a_scratch_sweep_removes_whole_orphan_folders_but_never_the_root(
@@ -652,7 +713,9 @@ def test_many_units_go_with_every_check_and_are_logged_in_plan_order(
     }
     left = {p.name for p in root.rglob("*") if p.is_file()}
     assert changed.name in left and opened.name in left and f"{pinned}.wav" in left
-    assert all(n.startswith((fp(6), fp(20), fp(31))) for n in left), sorted(left)
+    locks = {f"{fp(i)}.wav.lock" for i in range(0, 40, 2)}
+    assert locks <= left  # lock files are never removed
+    assert all(n.startswith((fp(6), fp(20), fp(31))) for n in left - locks), sorted(left)
     deleted = [o.item.unit.path for o in report.outcomes if o.deleted]
     assert [e.path for e in _deletes(jan)] == deleted
 

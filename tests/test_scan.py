@@ -331,7 +331,9 @@ def test_a_folder_swapped_before_it_is_opened_is_skipped(
     # Whichever order the folder was listed in, the renamed folder's content is never filed
     # under the inode the walk saw as "a".
     assert not any(r.startswith("a/") for r in _rels(snap))
-    assert snap.skipped == 1
+    # "a" is skipped; so is "b" if the walk saw it before it was renamed away (then it vanished
+    # between its lstat and its open).
+    assert snap.skipped == 1 + ("b" in _rels(snap))
 
 
 def test_max_depth_limits_the_walk(tmp_path: Path) -> None:

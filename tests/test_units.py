@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from janitor.policy import Policy, TreePolicy, load_policy
 from janitor.scan import Entry, Snapshot, scan
 from janitor.settings import shipped_policy_path
-from janitor.units import Unit, group_units, unit_key_for
+from janitor.units import Unit, UnitTable, group_units, unit_key_for
 
 from ._enforce_helpers import DAY, HOUR, KiB, allocated, fp, make_file, make_job, set_age
 from .conftest import JanitorEnv
@@ -90,6 +90,35 @@ def test_a_leftover_tmp_wav_or_lock_alone_is_a_unit(shipped: Policy) -> None:
     assert units[killed].lock == str(root / f"{killed}.wav.lock")
     assert _names(units[stale]) == {f"{stale}.wav.lock"}
     assert units[stale].lock == str(root / f"{stale}.wav.lock")
+
+
+@pytest.mark.parametrize(
+    "layout", ["only-locks", "pairs-and-leftovers", "only-wavs", "nested-leftovers"]
+)
+def test_lock_only_units_are_found_in_every_layout(shipped: Policy, layout: str) -> None:
+    """The units that are nothing but their lock file, whichever path the grouping takes: all
+    names one suffix (a cache whose every entry was evicted, or one with no lock files), or
+    entries grouped with their lock files beside leftovers, in subfolders too."""
+    tree = shipped.trees["media_cache"]
+    root = tree.path
+    sub = "" if layout != "nested-leftovers" else "sub/"
+    for i in range(6):
+        if layout != "only-wavs":
+            make_file(root / f"{sub}{fp(i)}.wav.lock", 0)
+        if layout == "only-wavs" or (layout != "only-locks" and i % 2):
+            make_file(root / f"{sub}{fp(i)}.wav", 4 * KiB)
+    table = group_units(scan(root), tree)
+    idle = {table.key(i) for i in table.lock_only().tolist()}
+    expected = {
+        "only-locks": set(range(6)),
+        "pairs-and-leftovers": {0, 2, 4},
+        "only-wavs": set(),
+        "nested-leftovers": {0, 2, 4},
+    }[layout]
+    assert idle == {f"{sub}{fp(i)}" for i in expected}
+    for i in table.lock_only().tolist():
+        (e,) = table.members(i)
+        assert e.path == table.lock(i)
 
 
 def test_a_cache_entry_is_reported_by_its_wav(shipped: Policy) -> None:
@@ -287,3 +316,7 @@ def test_file_units_group_exactly_as_the_regex_matches_each_name(
         else:
             name = lock.replace("{key}", key_name)
             assert u.lock == (f"{root}/{folder}/{name}" if folder else f"{root}/{name}")
+    # Units that are nothing but their own lock file (what eviction leaves), by definition.
+    idle = [i for i, u in enumerate(units) if u.lock and all(e.path == u.lock for e in u.entries)]
+    assert units.lock_only().tolist() == idle
+    assert UnitTable.of(list(units), root).lock_only().tolist() == idle
