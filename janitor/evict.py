@@ -534,7 +534,7 @@ def plan_units(
     without waiting for their age. The deleter still checks each file as for any sweep."""
     table = UnitTable.of(units, snapshot.root)
     wanted = set(keys)
-    free, kept = _judge(table, tree, snapshot.root, protection)
+    free, kept, count = _judge(table, tree, snapshot.root, protection)
     chosen = [int(i) for i in free if table.key(int(i)) in wanted]
     summary = TreePlan(
         tree=tree.name,
@@ -543,7 +543,7 @@ def plan_units(
         device=snapshot.device,
         root_ino=snapshot.root_ino,
         usage=int(table.size.sum()),
-        units=len(table),
+        units=count,
         quota=None,
         low_watermark=None,
         planned=int(table.size[chosen].sum()) if chosen else 0,

@@ -459,7 +459,7 @@ def _plan(args: list[str], cache_dir: str | None, real: str) -> dict[str, Any] |
     folder = os.environ.get("JANITOR_CACHE_DIR") or cache_dir
     probe = ffmpeg.Probe(
         os.path.join(folder, "probes") if folder else None,
-        ffprobe=os.path.join(os.path.dirname(real), "ffprobe"),
+        ffmpeg=real,
     )
     est = ffmpeg.estimate(inv, probe.duration_of)
     if isinstance(est, ffmpeg.NotEstimable):
