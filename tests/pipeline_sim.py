@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""A stand-in for batchalign3's file operations, exactly as ../shared/BRIEF.md lists them.
+
+For each media file, one after the other (or ``--concurrency`` at once, as the server's workers):
+
+1. Inputs that need converting (``.mp4 .m4a .webm .wma``) get a media-cache WAV: the converter
+   takes an exclusive ``flock`` on ``CACHE/{fp}.wav.lock``, re-checks for ``{fp}.wav``, runs
+   ``ffmpeg -y -i SRC -acodec pcm_s16le -ar 16000 -ac 1 CACHE/{fp}.tmp.wav``, unlocks, then
+   renames the WAV into place (so the lock is free a moment before the WAV appears). The lock file
+   is never deleted. Other inputs are read in place.
+2. A job temp folder ``$TMPDIR/.tmpXXXXXX`` (as Rust's tempfile makes it) gets one segment PCM per
+   forced-alignment group, each cut from the WAV by its own ffmpeg:
+   ``ffmpeg -y -ss S.SSS -to E.EEE -i WAV -f f32le -acodec pcm_f32le -ar 16000 -ac 1
+   .tmpXXXXXX/fa_v2/audio/fa-v2-audio-{group}.pcm``; every group's PCM stays until the file is
+   done. With ``--whole`` it also writes the whole-file PCM of a scope
+   (``ffmpeg -y -i SRC -f f32le -acodec pcm_f32le -ar 16000 -ac 1 .tmpXXXXXX/asr_v2/audio/{id}.pcm``).
+3. The folder is removed when the file is done, or when a write fails (the Rust object is
+   dropped); a SIGKILL leaves it behind, as it leaves the pipeline's.
+
+``ffmpeg`` is called by name, found on ``PATH`` as the server finds it. When ffmpeg fails the
+simulator prints its stderr as the job's error (as the server does) and exits 1. ``--report``
+writes one JSON line per file written: ``{"path", "bytes"}``, sizes taken before the folder is
+removed.
+
+    python tests/pipeline_sim.py --cache C --tmpdir T --groups 4 --group-s 3 talk.m4a
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import wave
+from concurrent.futures import ThreadPoolExecutor
+
+FORCED_CONVERSION = (".mp4", ".m4a", ".webm", ".wma")
+PCM_ARGS = ["-f", "f32le", "-acodec", "pcm_f32le", "-ar", "16000", "-ac", "1"]
+_report_lock = threading.Lock()
+
+
+class JobFailed(Exception):
+    """An ffmpeg call failed: its stderr is the job's error message."""
+
+
+def fingerprint(path: str) -> str:
+    """batchalign3's media fingerprint: BLAKE3 of (size as u64 BE, first 64 KiB, last 64 KiB)."""
+    from blake3 import blake3
+
+    size = os.path.getsize(path)
+    h = blake3(size.to_bytes(8, "big"))
+    with open(path, "rb") as f:
+        h.update(f.read(65536))
+        if size > 65536:
+            f.seek(max(size - 65536, 65536))
+            h.update(f.read(65536))
+    return h.hexdigest()[:24]
+
+
+def ffmpeg(*args: str) -> None:
+    proc = subprocess.run(["ffmpeg", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise JobFailed(f"ffmpeg failed (exit {proc.returncode}): {proc.stderr.strip()}")
+
+
+def report(out: str | None, path: str) -> None:
+    if out is None:
+        return
+    line = json.dumps({"path": path, "bytes": os.path.getsize(path)})
+    with _report_lock, open(out, "a") as f:
+        f.write(line + "\n")
+
+
+def cached_wav(src: str, cache: str, out: str | None) -> str:
+    """The WAV the aligner reads: the media-cache conversion for inputs that need one."""
+    if not src.lower().endswith(FORCED_CONVERSION):
+        return src
+    fp = fingerprint(src)
+    wav = os.path.join(cache, f"{fp}.wav")
+    tmp = os.path.join(cache, f"{fp}.tmp.wav")
+    os.makedirs(cache, exist_ok=True)
+    fd = os.open(os.path.join(cache, f"{fp}.wav.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.path.exists(wav):
+            return wav
+        ffmpeg("-y", "-i", src, "-acodec", "pcm_s16le", "-ar", "16000", "-ac", "1", tmp)
+        report(out, tmp)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+    os.rename(tmp, wav)
+    return wav
+
+
+def duration_of(wav: str) -> float:
+    with wave.open(wav) as w:
+        return w.getnframes() / w.getframerate()
+
+
+def align(src: str, args: argparse.Namespace) -> None:
+    wav = cached_wav(src, args.cache, args.report)
+    job = tempfile.mkdtemp(prefix=".tmp", dir=args.tmpdir)
+    try:
+        audio = os.path.join(job, "fa_v2", "audio")
+        os.makedirs(audio)
+        total = duration_of(wav) if wav.endswith(".wav") else args.groups * args.group_s
+        for g in range(args.groups):
+            start = g * args.group_s
+            end = min((g + 1) * args.group_s, total)
+            if end <= start:
+                break
+            pcm = os.path.join(audio, f"fa-v2-audio-{g}.pcm")
+            ffmpeg("-y", "-ss", f"{start:.3f}", "-to", f"{end:.3f}", "-i", wav, *PCM_ARGS, pcm)
+            report(args.report, pcm)
+            if args.pause_s:
+                time.sleep(args.pause_s)
+        if args.whole:
+            scope = os.path.join(job, "asr_v2", "audio")
+            os.makedirs(scope)
+            pcm = os.path.join(scope, f"{os.path.basename(src)}.pcm")
+            ffmpeg("-y", "-i", src, *PCM_ARGS, pcm)
+            report(args.report, pcm)
+        if args.hold_s:
+            time.sleep(args.hold_s)
+    finally:
+        shutil.rmtree(job, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("media", nargs="+")
+    p.add_argument("--cache", required=True, help="the media cache folder")
+    p.add_argument("--tmpdir", default=os.environ.get("TMPDIR", tempfile.gettempdir()))
+    p.add_argument("--groups", type=int, default=3, help="alignment groups per file")
+    p.add_argument("--group-s", type=float, default=2.0, help="seconds per group")
+    p.add_argument("--pause-s", type=float, default=0.0, help="compute between two group cuts")
+    p.add_argument("--hold-s", type=float, default=0.0, help="compute after the last cut")
+    p.add_argument("--whole", action="store_true", help="also write a whole-file PCM")
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--report", help="append one JSON line per file written")
+    args = p.parse_args(argv)
+    try:
+        with ThreadPoolExecutor(args.concurrency) as pool:
+            for future in [pool.submit(align, m, args) for m in args.media]:
+                future.result()
+    except JobFailed as exc:
+        print(f"job failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+"""The ffmpeg estimator (``janitor.ffmpeg``) against the real ffmpeg 5.x and ffprobe.
+
+Every estimate is compared with the size of the file the real ffmpeg then writes from the same
+argument list; the brief's three command lines must be exact or within 1 %. Skipped with the
+reason where ffmpeg or ffprobe is absent.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from janitor import ffmpeg
+
+FFMPEG = shutil.which("ffmpeg")
+FFPROBE = shutil.which("ffprobe")
+needs_ffmpeg = pytest.mark.skipif(
+    FFMPEG is None or FFPROBE is None, reason="ffmpeg and ffprobe are not on PATH"
+)
+
+
+def _make(path: Path, seconds: float, *extra: str, rate: int = 44100, channels: int = 2) -> Path:
+    """A real media file of ``seconds`` of sine made by ffmpeg (container from the suffix)."""
+    assert FFMPEG is not None
+    layout = "stereo" if channels == 2 else "mono"
+    subprocess.run(
+        [FFMPEG, "-v", "error", "-y", "-f", "lavfi", "-i",
+         f"sine=frequency=440:sample_rate={rate}:duration={seconds}",
+         "-af", f"aformat=channel_layouts={layout}", *extra, str(path)],
+        check=True,
+    )  # fmt: skip
+    return path
+
+
+def _run(args: list[str], cwd: Path) -> None:
+    assert FFMPEG is not None
+    subprocess.run([FFMPEG, "-v", "error", *args], check=True, cwd=cwd)
+
+
+def _estimate(args: list[str], cwd: Path, cache: Path | None = None) -> list[ffmpeg.OutputEstimate]:
+    probe = ffmpeg.Probe(cache, ffprobe=FFPROBE)
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        est = ffmpeg.estimate(ffmpeg.parse(args), probe.duration_of)
+    finally:
+        os.chdir(here)
+    assert not isinstance(est, ffmpeg.NotEstimable), est
+    return est
+
+
+@pytest.fixture
+def media(tmp_path: Path) -> Callable[..., Path]:
+    def make(name: str, seconds: float, *extra: str, **kw: int) -> Path:
+        return _make(tmp_path / name, seconds, *extra, **kw)
+
+    return make
+
+
+# -- the brief's command lines, exactly --------------------------------------------------------
+
+
+@needs_ffmpeg
+@pytest.mark.parametrize("source", ["talk.m4a", "talk.mp4", "talk.webm", "talk.wma"])
+def test_the_media_cache_conversion_is_estimated_within_one_percent(
+    tmp_path: Path, media: Callable[..., Path], source: str
+) -> None:
+    media(source, 7.3)
+    args = ["-y", "-i", source, "-acodec", "pcm_s16le", "-ar", "16000", "-ac", "1",
+            "fp.tmp.wav"]  # fmt: skip
+    (est,) = _estimate(args, tmp_path)
+    _run(args, tmp_path)
+    actual = (tmp_path / "fp.tmp.wav").stat().st_size
+    assert est.path == "fp.tmp.wav"
+    assert abs(est.bytes - actual) <= actual * 0.01, (est.bytes, actual)
+    assert est.bytes >= actual  # never under: the guard reserves this much
+
+
+@needs_ffmpeg
+def test_a_wav_conversion_is_exact_header_included(tmp_path: Path, media: Callable[..., Path]) -> None:
+    media("talk.wav", 5.0)
+    args = ["-y", "-i", "talk.wav", "-acodec", "pcm_s16le", "-ar", "16000", "-ac", "1", "o.wav"]
+    (est,) = _estimate(args, tmp_path)
+    _run(args, tmp_path)
+    assert est.bytes == (tmp_path / "o.wav").stat().st_size == 5 * 32000 + est.header_bytes
+
+
+@needs_ffmpeg
+@pytest.mark.parametrize(("start", "end"), [("1.250", "4.750"), ("0.000", "0.333"), ("2.5", "9.9")])
+def test_a_forced_alignment_group_cut_is_exact(
+    tmp_path: Path, media: Callable[..., Path], start: str, end: str
+) -> None:
+    media("cached.wav", 8.0, "-acodec", "pcm_s16le", "-ar", "16000", "-ac", "1", channels=1)
+    (tmp_path / "fa_v2" / "audio").mkdir(parents=True)
+    out = "fa_v2/audio/fa-v2-audio-3.pcm"
+    args = ["-y", "-ss", start, "-to", end, "-i", "cached.wav", "-f", "f32le",
+            "-acodec", "pcm_f32le", "-ar", "16000", "-ac", "1", out]  # fmt: skip
+    (est,) = _estimate(args, tmp_path)
+    _run(args, tmp_path)
+    assert est.bytes == (tmp_path / out).stat().st_size
+    assert est.bytes == round((min(float(end), 8.0) - float(start)) * 16000) * 4
+
+
+@needs_ffmpeg
+@pytest.mark.parametrize("source", ["talk.wav", "talk.mp3", "talk.flac", "talk.ogg", "talk.m4a"])
+def test_a_whole_file_pcm_is_estimated_within_one_percent(
+    tmp_path: Path, media: Callable[..., Path], source: str
+) -> None:
+    media(source, 6.0)
+    args = ["-y", "-i", source, "-f", "f32le", "-acodec", "pcm_f32le", "-ar", "16000", "-ac",
+            "1", "whole.pcm"]  # fmt: skip
+    (est,) = _estimate(args, tmp_path)
+    _run(args, tmp_path)
+    actual = (tmp_path / "whole.pcm").stat().st_size
+    assert est.bytes >= actual
+    assert est.bytes - actual <= actual * 0.01, (est.bytes, actual)
+
+
+# -- the same arithmetic for other rates, channels and PCM codecs -----------------------------
+
+
+@needs_ffmpeg
+@pytest.mark.parametrize(
+    "out_args",
+    [
+        ["-acodec", "pcm_s24le", "-ar", "8000", "-ac", "2", "o.wav"],
+        ["-acodec", "pcm_f32le", "-ar", "22050", "-ac", "1", "o.wav"],
+        ["-acodec", "pcm_s16le", "-ar", "96000", "-ac", "2", "o.wav"],
+        ["-acodec", "pcm_u8", "-ac", "6", "o.wav"],
+        ["-acodec", "pcm_mulaw", "-ar", "8000", "o.wav"],
+        ["-f", "s16le", "-ar", "48000", "o.raw"],
+        ["-f", "s32be", "-ac", "2", "o.raw"],
+        ["-t", "1.5", "-f", "f64le", "o.raw"],
+        ["-bitexact", "-acodec", "pcm_s16le", "o.wav"],
+        ["o.wav"],
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_other_rates_channels_and_pcm_codecs_are_exact(
+    tmp_path: Path, media: Callable[..., Path], out_args: list[str]
+) -> None:
+    media("in.wav", 3.0)
+    args = ["-y", "-i", "in.wav", *out_args]
+    (est,) = _estimate(args, tmp_path)
+    _run(args, tmp_path)
+    assert est.bytes == (tmp_path / out_args[-1]).stat().st_size
+
+
+@needs_ffmpeg
+def test_two_outputs_are_estimated_each(tmp_path: Path, media: Callable[..., Path]) -> None:
+    media("in.wav", 2.0)
+    args = ["-y", "-i", "in.wav", "-ar", "16000", "-ac", "1", "a.wav",
+            "-f", "f32le", "-ar", "16000", "-ac", "1", "b.pcm"]  # fmt: skip
+    est = _estimate(args, tmp_path)
+    _run(args, tmp_path)
+    assert [(e.path, e.bytes) for e in est] == [
+        ("a.wav", (tmp_path / "a.wav").stat().st_size),
+        ("b.pcm", (tmp_path / "b.pcm").stat().st_size),
+    ]
+
+
+# -- what it cannot estimate -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-version"],
+        ["-hide_banner", "-encoders"],
+        ["-i", "in.wav"],
+        [],
+        ["-i", "in.wav", "-f", "null", "-"],
+        ["-i", "in.wav", "-f", "s16le", "-"],
+        ["-i", "in.wav", "-f", "s16le", "pipe:1"],
+        ["-i", "in.mp4", "-c:v", "libx264", "out.mp4"],
+        ["-i", "in.wav", "out.mp3"],
+        ["-i", "in.wav", "-acodec", "aac", "out.m4a"],
+        ["-i", "in.wav", "-af", "atempo=2", "out.wav"],
+        ["-i", "in.wav", "--frobnicate", "out.wav"],
+        ["-i", "in.wav", "out.pcm"],
+        ["-i", "http://example.com/a.wav", "out.wav"],
+        ["-i", "in.wav", "out.wav", "-ar", "8000"],
+    ],
+    ids=lambda a: " ".join(a) or "(none)",
+)
+def test_what_it_cannot_be_sure_of_is_not_estimable(tmp_path: Path, args: list[str]) -> None:
+    wav = _make(tmp_path / "in.wav", 1.0) if FFMPEG else tmp_path / "in.wav"
+    wav.touch()
+
+    def info(path: str) -> ffmpeg.MediaInfo | ffmpeg.NotEstimable:
+        if not os.path.exists(os.path.join(tmp_path, path)) and "://" not in path:
+            return ffmpeg.NotEstimable("no such input")
+        return ffmpeg.MediaInfo(1.0, 44100, 2)
+
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        est = ffmpeg.estimate(ffmpeg.parse(args), info)
+    finally:
+        os.chdir(here)
+    assert isinstance(est, ffmpeg.NotEstimable)
+    assert est.reason
+
+
+def test_input_files_are_the_local_inputs() -> None:
+    inv = ffmpeg.parse(["-y", "-i", "a.wav", "-i", "pipe:0", "-i", "file:b.wav", "-map", "0",
+                        "o.wav"])  # fmt: skip
+    assert ffmpeg.input_files(inv) == ["a.wav", "b.wav"]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1.5", 1.5), ("00:01:02.250", 62.25), ("1:02", 62.0), ("750ms", 0.75), ("-2", -2.0)],
+)
+def test_times_read_the_way_ffmpeg_reads_them(text: str, seconds: float) -> None:
+    assert ffmpeg.parse_time(text) == pytest.approx(seconds)
+
+
+# -- the probe cache ---------------------------------------------------------------------------
+
+
+@needs_ffmpeg
+def test_an_input_is_probed_once_across_processes_and_again_when_it_changes(
+    tmp_path: Path, media: Callable[..., Path]
+) -> None:
+    wav = media("rec.wav", 4.0)
+    cache = tmp_path / "probes"
+    first = ffmpeg.Probe(cache, ffprobe=FFPROBE)
+    info = first.duration_of(str(wav))
+    assert isinstance(info, ffmpeg.MediaInfo)
+    assert info.duration_s == pytest.approx(4.0, abs=0.01)
+    assert first.duration_of(str(wav)) == info
+    assert first.probes_run == 1
+    second = ffmpeg.Probe(cache, ffprobe=FFPROBE)  # a new process: the file cache answers
+    assert second.duration_of(str(wav)) == info
+    assert second.probes_run == 0
+
+    media("rec.wav", 2.0)  # the same name, rewritten: a new key, probed again
+    third = ffmpeg.Probe(cache, ffprobe=FFPROBE)
+    again = third.duration_of(str(wav))
+    assert isinstance(again, ffmpeg.MediaInfo)
+    assert again.duration_s == pytest.approx(2.0, abs=0.01)
+    assert third.probes_run == 1
+
+
+@needs_ffmpeg
+def test_a_corrupt_cache_entry_is_ignored_and_rewritten(
+    tmp_path: Path, media: Callable[..., Path]
+) -> None:
+    wav = media("rec.wav", 1.0)
+    cache = tmp_path / "probes"
+    ffmpeg.Probe(cache, ffprobe=FFPROBE).duration_of(str(wav))
+    (entry,) = cache.iterdir()
+    entry.write_text("garbage")
+    probe = ffmpeg.Probe(cache, ffprobe=FFPROBE)
+    info = probe.duration_of(str(wav))
+    assert isinstance(info, ffmpeg.MediaInfo)
+    assert probe.probes_run == 1
+    assert entry.read_text() != "garbage"
+
+
+def test_an_unreadable_input_is_not_estimable(tmp_path: Path) -> None:
+    probe = ffmpeg.Probe(None, ffprobe=FFPROBE or "/bin/false")
+    assert isinstance(probe.duration_of(str(tmp_path / "absent.wav")), ffmpeg.NotEstimable)
