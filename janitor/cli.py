@@ -723,6 +723,8 @@ def _render_preflight(pre: Any) -> None:
     from janitor.sizes import format_duration, format_size
 
     console = Console(stderr=True)
+    if not console.is_terminal:  # a log or a pipe: whole paths, no wrapping at 80 columns
+        console = Console(stderr=True, width=160)
     files = pre.files
     seconds = sum(f.duration_s or 0 for f in files)
     todo = sum(1 for f in files if f.converts and not f.cached and f.duration_s is not None)
@@ -732,7 +734,11 @@ def _render_preflight(pre: Any) -> None:
     )
     table = Table(title_justify="left")
     for col in ("volume", "job writes", "headroom", "fits", "for"):
-        table.add_column(col, justify="right" if col in ("job writes", "headroom") else "left")
+        table.add_column(
+            col,
+            justify="right" if col in ("job writes", "headroom") else "left",
+            overflow="fold",  # a path is shown whole, over two lines if need be
+        )
     for v in pre.volumes:
         table.add_row(
             v.mount,

@@ -171,6 +171,8 @@ class _Daemon:
 class _Hold:
     """Reservations (and pins) held for one call, through the daemon or the library."""
 
+    #: "daemon" or "ledger": who decided
+    via: str
     #: per reservation: (id, output path, bytes, floor of its volume)
     reservations: list[tuple[str, str, int, int]]
     pins: list[str]
@@ -195,6 +197,8 @@ def _unpack(hold: _Hold, session: dict[str, Any]) -> None:
 
 
 class _DaemonHold(_Hold):
+    via = "daemon"
+
     def __init__(self, daemon: _Daemon, request: dict[str, Any]) -> None:
         self.daemon = daemon
         status, body = daemon.call("POST", "/v1/guard", request)
@@ -219,6 +223,8 @@ class _DaemonHold(_Hold):
 
 class _LibraryHold(_Hold):
     """No daemon: the ledger directly, as ``janitor reserve`` does (slower to start)."""
+
+    via = "ledger"
 
     def __init__(self, request: dict[str, Any]) -> None:
         from janitor.core import Janitor
@@ -280,9 +286,7 @@ def release_all(jan: Any, reservations: Sequence[str], pins: Sequence[str]) -> N
 
 
 def _log(log_dir: str | None, message: str, *, debug: bool = False) -> None:
-    """One line in ``guard.log`` (debug lines only with ``JANITOR_GUARD_DEBUG=1``)."""
-    if debug and os.environ.get("JANITOR_GUARD_DEBUG", "") in ("", "0"):
-        return
+    """One line in ``guard.log`` beside the daemon's log (rotated at 1 MiB, one old copy)."""
     folder = os.environ.get("JANITOR_LOG_DIR") or log_dir
     if not folder:
         return
@@ -448,6 +452,11 @@ def main(
         hold.release()
         _log(log_dir, "unguarded (no managed volume): ffmpeg " + " ".join(args), debug=True)
         return _exec(real, args)
+    _log(
+        log_dir,
+        f"reserved through the {hold.via}: "
+        + ", ".join(f"{_size(n)} for {out} ({rid})" for rid, out, n, _ in hold.reservations),
+    )
     return _run(real, args, hold, log_dir)
 
 

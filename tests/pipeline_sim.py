@@ -13,7 +13,8 @@ For each media file, one after the other (or ``--concurrency`` at once, as the s
    ``ffmpeg -y -ss S.SSS -to E.EEE -i WAV -f f32le -acodec pcm_f32le -ar 16000 -ac 1
    .tmpXXXXXX/fa_v2/audio/fa-v2-audio-{group}.pcm``; every group's PCM stays until the file is
    done. With ``--whole`` it also writes the whole-file PCM of a scope
-   (``ffmpeg -y -i SRC -f f32le -acodec pcm_f32le -ar 16000 -ac 1 .tmpXXXXXX/asr_v2/audio/{id}.pcm``).
+   (``ffmpeg -y -i SRC -f f32le -acodec pcm_f32le -ar 16000 -ac 1
+   .tmpXXXXXX/asr_v2/audio/{id}.pcm``).
 3. The folder is removed when the file is done, or when a write fails (the Rust object is
    dropped); a SIGKILL leaves it behind, as it leaves the pipeline's.
 
@@ -125,7 +126,8 @@ def align(src: str, args: argparse.Namespace) -> None:
             scope = os.path.join(job, "asr_v2", "audio")
             os.makedirs(scope)
             pcm = os.path.join(scope, f"{os.path.basename(src)}.pcm")
-            ffmpeg("-y", "-i", src, *PCM_ARGS, pcm)
+            rate = ["-readrate", str(args.readrate)] if args.readrate else []
+            ffmpeg("-y", *rate, "-i", src, *PCM_ARGS, pcm)
             report(args.report, pcm)
         if args.hold_s:
             time.sleep(args.hold_s)
@@ -144,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hold-s", type=float, default=0.0, help="compute after the last cut")
     p.add_argument("--whole", action="store_true", help="also write a whole-file PCM")
     p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--readrate", type=float, help="read the whole-file PCM's input at this speed")
     p.add_argument("--report", help="append one JSON line per file written")
     args = p.parse_args(argv)
     try:

@@ -82,7 +82,9 @@ def test_the_media_cache_conversion_is_estimated_within_one_percent(
 
 
 @needs_ffmpeg
-def test_a_wav_conversion_is_exact_header_included(tmp_path: Path, media: Callable[..., Path]) -> None:
+def test_a_wav_conversion_is_exact_header_included(
+    tmp_path: Path, media: Callable[..., Path]
+) -> None:
     media("talk.wav", 5.0)
     args = ["-y", "-i", "talk.wav", "-acodec", "pcm_s16le", "-ar", "16000", "-ac", "1", "o.wav"]
     (est,) = _estimate(args, tmp_path)

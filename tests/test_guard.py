@@ -1,0 +1,784 @@
+"""The guarded ffmpeg and `janitor run`, end to end (issue 13, item 5 a-f, and items 1-3).
+
+Everything is real: the console script, the guard script it writes, ffmpeg and ffprobe, the
+pipeline simulator (tests/pipeline_sim.py: batchalign3's file operations as the brief lists
+them, calling ``ffmpeg`` by name from ``PATH``), and a tmpfs mounted per test (root only;
+skipped otherwise) holding a media cache and a job temp tree shaped like the shipped policy.
+The ledger lives in the isolated state dir, never on the tmpfs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from ._daemon_helpers import daemon_setup, eventually, running_daemon
+from .conftest import JANITOR_BIN, MiB, fill_file, free_of
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None,
+    reason="ffmpeg/ffprobe not installed (Debian package ffmpeg; .ci/run installs it)",
+)
+
+SIM = Path(__file__).with_name("pipeline_sim.py")
+REAL_FFMPEG = shutil.which("ffmpeg") or "ffmpeg"
+PCM_RATE = 64_000  # 16 kHz mono f32le
+WAV_RATE = 32_000  # 16 kHz mono s16le
+
+
+@pytest.fixture(scope="module")
+def m4a(tmp_path_factory: pytest.TempPathFactory) -> Callable[[float], Path]:
+    """``m4a(seconds)``: a mono AAC recording of that length (made once per length)."""
+    folder = tmp_path_factory.mktemp("media")
+    made: dict[float, Path] = {}
+
+    def make(seconds: float) -> Path:
+        if seconds not in made:
+            out = folder / f"talk-{seconds:g}s.m4a"
+            subprocess.run(
+                [
+                    REAL_FFMPEG,
+                    "-nostdin",
+                    "-loglevel",
+                    "error",
+                    "-y",
+                    "-f",
+                    "lavfi",
+                    "-i",
+                    f"sine=frequency=440:duration={seconds}",
+                    "-ac",
+                    "1",
+                    "-c:a",
+                    "aac",
+                    "-b:a",
+                    "24k",
+                    str(out),
+                ],
+                check=True,
+            )
+            made[seconds] = out
+        return made[seconds]
+
+    return make
+
+
+@dataclass
+class Pipeline:
+    """A tmpfs with batchalign3's two trees on it, and the policy naming them."""
+
+    mount: Path
+    cache: Path
+    tmp: Path
+    policy: Path
+
+    def sim(self, *args: str | os.PathLike[str]) -> list[str]:
+        """The simulator's command line for this volume's cache and temp folder."""
+        return [
+            sys.executable,
+            str(SIM),
+            "--cache",
+            str(self.cache),
+            "--tmpdir",
+            str(self.tmp),
+            *(os.fspath(a) for a in args),
+        ]
+
+    def job_folders(self) -> list[Path]:
+        return sorted(self.tmp.glob(".tmp*"))
+
+
+@pytest.fixture
+def pipeline(
+    tmpfs: Callable[..., Path], write_policy: Callable[..., Path]
+) -> Callable[..., Pipeline]:
+    """``pipeline(size, floor=, quota=, cache_min_age=)``: the shipped policy's two trees on a
+    tmpfs (``cache/`` the media cache, ``tmp/`` the job temp folder), short ages."""
+
+    def make(
+        size: str = "64m",
+        *,
+        floor: str = "8MiB",
+        quota: str = "40MiB",
+        cache_min_age: str = "10m",
+    ) -> Pipeline:
+        mount = tmpfs(size)
+        cache, tmp = mount / "cache", mount / "tmp"
+        cache.mkdir()
+        tmp.mkdir()
+        policy = write_policy(
+            {
+                "media_cache": {
+                    "role": "cache",
+                    "path": str(cache),
+                    "quota": quota,
+                    "min_age": cache_min_age,
+                    "low_watermark": "90%",
+                    "group": r"^(?P<key>[^/]+?)(?:\.tmp)?\.wav(?:\.lock)?$",
+                    "lock": "{key}.wav.lock",
+                },
+                "job_tmp": {
+                    "role": "scratch",
+                    "path": str(tmp),
+                    "units": "dir",
+                    "unit_glob": ".tmp*",
+                    "unit_requires": ["fa_v2", "asr_v2"],
+                    "orphan_age": "1h",
+                    "min_age": "0s",
+                },
+            },
+            floor=floor,
+        )
+        return Pipeline(mount, cache, tmp, policy)
+
+    return make
+
+
+def log_of(run_cli: Cli) -> list[dict[str, Any]]:
+    done = run_cli("log", "--json")
+    assert done.returncode == 0, done.stderr
+    entries: list[dict[str, Any]] = json.loads(done.stdout)
+    return entries
+
+
+def assert_nothing_held(run_cli: Cli) -> list[dict[str, Any]]:
+    """No reservation or pin is left, and every grant was released (not reaped)."""
+    done = run_cli("status", "--json")
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert status["reservations"] == [], status["reservations"]
+    entries = log_of(run_cli)
+    granted = {e["reservation"] for e in entries if e["event"] == "grant"}
+    released = {e["reservation"] for e in entries if e["event"] == "release"}
+    assert granted and granted == released, entries
+    return entries
+
+
+def report_of(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+class FreeSampler:
+    """A thread reading ``statvfs`` every ~2 ms; remembers the least free space seen."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.min_free = free_of(path)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.min_free = min(self.min_free, free_of(self.path))
+            time.sleep(0.002)
+
+    def __enter__(self) -> FreeSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+# -- (a) a job that fits ------------------------------------------------------------------------
+
+
+def test_a_job_that_fits_has_every_write_reserved_at_its_size(
+    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli, tmp_path: Path
+) -> None:
+    p = pipeline("64m")
+    report = tmp_path / "report.jsonl"
+    src = m4a(30)
+    done = run_cli(
+        "run",
+        "--",
+        *p.sim("--groups", "3", "--group-s", "4.5", "--whole", "--report", report, src),
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    writes = report_of(report)
+    assert len(writes) == 5, writes  # the cache WAV, three group PCMs, the whole-file PCM
+    entries = assert_nothing_held(run_cli)
+    grants = {e["path"]: e for e in entries if e["event"] == "grant"}
+    for w in writes:
+        assert w["path"] in grants, (w, sorted(grants))
+        reserved = grants[w["path"]]["bytes"]
+        if w["path"].endswith(".tmp.wav") or "asr_v2" in w["path"]:
+            # from ffprobe's duration of the AAC input: within 1 %
+            assert abs(reserved - w["bytes"]) <= w["bytes"] / 100, (w, reserved)
+        else:  # a group cut of a WAV, -ss/-to: exact
+            assert reserved == w["bytes"], (w, reserved)
+    for w in writes:
+        if "fa_v2" in w["path"]:
+            assert w["bytes"] == int(4.5 * PCM_RATE)
+    assert "run " in done.stderr and "5 guarded writes reserved" in done.stderr, done.stderr
+    assert len(list(p.cache.glob("*.wav"))) == 1  # the conversion stayed, renamed into place
+    assert p.job_folders() == []  # the job removed its folder itself
+
+
+def test_the_guard_asks_the_daemon_when_it_runs(
+    tmp_path: Path, m4a: Callable[[float], Path], pipeline_sim_env: None
+) -> None:
+    src = m4a(20)
+    with daemon_setup(tmp_path, size="48m", tree={"quota": "32MiB", "min_age": "10m"}) as setup:
+        tmp = setup.mount / "tmp"
+        tmp.mkdir()
+        trees = dict(setup.trees)
+        trees["job_tmp"] = {
+            "role": "scratch",
+            "path": str(tmp),
+            "units": "dir",
+            "unit_glob": ".tmp*",
+            "orphan_age": "1h",
+            "min_age": "0s",
+        }
+        setup.write_policy(trees=trees)
+        with running_daemon(setup) as daemon:
+            report = tmp_path / "report.jsonl"
+            cmd = [
+                sys.executable,
+                str(SIM),
+                "--cache",
+                str(setup.tree),
+                "--tmpdir",
+                str(tmp),
+                "--groups",
+                "2",
+                "--group-s",
+                "3",
+                "--report",
+                str(report),
+                str(src),
+            ]
+            done = setup.run_cli("run", "--", *cmd, timeout=180)
+            assert done.returncode == 0, done.stderr
+            log = json.loads(setup.run_cli("log", "--json").stdout)
+            grants = {e["path"]: e for e in log if e["event"] == "grant"}
+            assert {w["path"] for w in report_of(report)} <= set(grants)
+            # the daemon made them: the guard went through the socket, not the ledger
+            lines = (setup.log_dir / "guard.log").read_text().splitlines()
+            reserved = [ln for ln in lines if " reserved through the " in ln]
+            assert len(reserved) == len(grants), lines
+            assert all("through the daemon" in ln for ln in reserved), lines
+            status = setup.run_cli("status", "--json")
+            assert json.loads(status.stdout)["reservations"] == [], status.stdout
+            assert daemon.pid > 0
+
+
+# -- (b) a job that cannot fit ------------------------------------------------------------------
+
+
+def test_require_fit_refuses_a_job_that_cannot_fit_before_it_starts(
+    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli, tmp_path: Path
+) -> None:
+    p = pipeline("16m", floor="4MiB")
+    src = m4a(150)  # WAV 4.8 MB + whole-file PCM 9.6 MB > 12 MiB above the floor
+    marker = tmp_path / "started"
+    free = free_of(p.mount)
+    done = run_cli(
+        "run",
+        "--media",
+        src,
+        "--require-fit",
+        "--",
+        "sh",
+        "-c",
+        f'touch "{marker}"; exec "$@"',
+        "sh",
+        *p.sim("--whole", src),
+        timeout=120,
+        env={"BATCHALIGN_MEDIA_CACHE_DIR": str(p.cache), "TMPDIR": str(p.tmp)},
+    )
+    assert done.returncode == 75, (done.stdout, done.stderr)
+    assert not marker.exists()  # the command never started
+    line = [ln for ln in done.stderr.splitlines() if "does not fit" in ln]
+    assert line and str(p.mount) in line[0] and "was not started" in line[0], done.stderr
+    assert "PCM working set" in done.stderr and "13.7 MiB" in done.stderr, done.stderr
+    assert free_of(p.mount) == free and list(p.cache.iterdir()) == []
+
+
+def test_without_require_fit_the_first_write_that_cannot_fit_fails_above_the_floor(
+    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli
+) -> None:
+    p = pipeline("16m", floor="4MiB")
+    src = m4a(150)
+    with FreeSampler(p.mount) as sampler:
+        done = run_cli(
+            "run", "--", *p.sim("--groups", "2", "--group-s", "5", "--whole", src), timeout=180
+        )
+    assert done.returncode == 1, (done.stdout, done.stderr)  # the job failed, as batchalign3's
+    error = [ln for ln in done.stderr.splitlines() if ln.startswith("job failed")]
+    assert error, done.stderr
+    assert "space-janitor: refused to write" in error[0] and "asr_v2" in error[0], error[0]
+    for word in ("MiB", "free", "floor", "reserved by others", "short by", str(p.mount)):
+        assert word in error[0], (word, error[0])
+    assert sampler.min_free >= 4 * MiB, sampler.min_free
+    assert len(list(p.cache.glob("*.wav"))) == 1  # the conversion before it went through
+    assert p.job_folders() == []
+    log = log_of(run_cli)
+    assert [e for e in log if e["event"] == "refuse" and "asr_v2" in (e["path"] or "")], log
+
+
+# -- (c) an outside writer mid-job --------------------------------------------------------------
+
+
+def test_an_outside_writer_makes_the_guard_stop_ffmpeg_above_zero(
+    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli, tmp_path: Path
+) -> None:
+    p = pipeline("64m", floor="8MiB")
+    src = m4a(150)  # whole-file PCM 9.6 MB, read at 8x: ~19 s of writing
+    hog = p.mount / "hog.bin"
+    proc = subprocess.Popen(
+        [str(JANITOR_BIN), "run", "--", *p.sim("--groups", "0", "--whole", "--readrate", "8", src)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with FreeSampler(p.mount) as sampler:
+            pcm = eventually(
+                lambda: list(p.tmp.glob(".tmp*/asr_v2/audio/*.pcm")),
+                timeout=60,
+                what="the whole-file PCM to begin",
+            )
+            assert pcm
+            eventually(
+                lambda: pcm[0].exists() and pcm[0].stat().st_size > 256 * 1024,
+                timeout=30,
+                what="ffmpeg to write",
+            )
+            # an outside writer, with no reservation, takes the volume 2 MiB below its floor
+            fill_file(hog, max(0, free_of(p.mount) - 6 * MiB))
+            out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, (out, err)
+    assert "space-janitor: stopped ffmpeg" in err, err
+    assert sampler.min_free > 0, sampler.min_free
+    assert "1 stopped early" in err or "stopped" in err
+    assert p.job_folders() == []
+    hog.unlink()
+    assert_nothing_held(run_cli)
+
+
+# -- (d) a SIGKILLed job -------------------------------------------------------------------------
+
+
+def _sim_process(run: subprocess.Popen[str]) -> psutil.Process:
+    def find() -> psutil.Process | None:
+        for child in psutil.Process(run.pid).children(recursive=True):
+            try:
+                if str(SIM) in " ".join(child.cmdline()):
+                    return child
+            except psutil.Error:
+                continue
+        return None
+
+    found: psutil.Process = eventually(find, timeout=30, what="the simulator to start")
+    return found
+
+
+def test_a_sigkilled_job_leaves_nothing_behind(
+    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli, tmp_path: Path
+) -> None:
+    p = pipeline("64m")
+    other = p.tmp / ".tmpNOTOURS"  # another program's temp folder, made before the run
+    (other / "fa_v2").mkdir(parents=True)
+    (other / "fa_v2" / "keep.pcm").write_bytes(b"x" * 4096)
+    report = tmp_path / "report.jsonl"
+    src = m4a(20)
+    run = subprocess.Popen(
+        [
+            str(JANITOR_BIN),
+            "run",
+            "--",
+            *p.sim("--groups", "3", "--group-s", "2", "--hold-s", "60", "--report", report, src),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        sim = _sim_process(run)
+        eventually(lambda: len(report_of(report)) == 4, timeout=60, what="the job's writes")
+        mine = [f for f in p.job_folders() if f != other]
+        assert len(mine) == 1 and (mine[0] / "fa_v2" / "audio").is_dir()
+        sim.kill()  # what the OOM killer does
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 128 + signal.SIGKILL, (out, err)
+    assert not mine[0].exists(), err
+    assert "removed 1 job folders left behind" in err and mine[0].name in err, err
+    assert (other / "fa_v2" / "keep.pcm").read_bytes() == b"x" * 4096  # not the run's: kept
+    assert len(list(p.cache.glob("*.wav"))) == 1  # the cache is not a leftover
+    assert_nothing_held(run_cli)
+
+
+# -- (e) a cached WAV being cut from is not evicted ---------------------------------------------
+
+
+def test_a_cached_wav_a_job_keeps_cutting_from_is_never_evicted(
+    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli, tmp_path: Path
+) -> None:
+    # quota 4 MiB: the job's WAV (3.8 MB) and an older entry (2 MiB) are over it, and the WAV
+    # alone is over the low watermark, so every sweep wants to evict it once the old one is gone
+    p = pipeline("32m", floor="4MiB", quota="3MiB", cache_min_age="3s")
+    old = p.cache / ("0" * 24 + ".wav")
+    fill_file(old, 2 * MiB)
+    os.utime(old, (time.time() - 86400, time.time() - 86400))
+    src = m4a(120)
+    report = tmp_path / "report.jsonl"
+    # 8 group cuts with 1 s of "compute" between them: longer than min_age, not open between cuts
+    run = subprocess.Popen(
+        [
+            str(JANITOR_BIN),
+            "run",
+            "--",
+            *p.sim("--groups", "8", "--group-s", "5", "--pause-s", "1.0", "--report", report, src),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    inode: list[int] = []
+    sweeps: list[subprocess.CompletedProcess[str]] = []
+    stop = threading.Event()
+
+    def press() -> None:
+        while not stop.is_set():
+            sweeps.append(run_cli("sweep", "media_cache"))
+            # make-room: a reservation in the temp tree that only eviction could fit
+            got = run_cli("reserve", "job_tmp", "20MiB", "--json", "--ttl", "5s")
+            if got.returncode == 0:
+                run_cli("release", json.loads(got.stdout)["id"])
+
+    try:
+        wav = eventually(
+            lambda: [w for w in p.cache.glob("*.wav") if w != old and ".tmp" not in w.name],
+            timeout=60,
+            what="the cache WAV",
+        )
+        inode.append(wav[0].stat().st_ino)
+        presser = threading.Thread(target=press, daemon=True)
+        presser.start()
+        out, err = run.communicate(timeout=120)
+        stop.set()
+        presser.join(60)
+    finally:
+        stop.set()
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0, (out, err)
+    assert not old.exists()  # the sweeps did evict what they could
+    assert sweeps and all(s.returncode in (0, 1) for s in sweeps), [s.stderr for s in sweeps]
+    assert wav[0].stat().st_ino == inode[0]  # the same WAV all along: never evicted, never redone
+    cuts = [w for w in report_of(report) if "fa_v2" in w["path"]]
+    assert len(cuts) == 8 and all(c["bytes"] == 5 * PCM_RATE for c in cuts), cuts
+    assert len([w for w in report_of(report) if w["path"].endswith(".tmp.wav")]) == 1
+    deleted = [e for e in log_of(run_cli) if e["event"] == "delete"]
+    assert deleted and all(wav[0].name not in (e["path"] or "") for e in deleted), deleted
+
+
+# -- (f) what the guard cannot estimate ---------------------------------------------------------
+
+
+@pytest.fixture
+def pipeline_sim_env() -> None:
+    """Nothing to set: the name documents that a test runs the simulator under a daemon."""
+
+
+@pytest.fixture
+def guard(run_cli: Cli, tmp_path: Path) -> Path:
+    """The guard installed by `janitor shim install --dir`, first on this process's PATH."""
+    folder = tmp_path / "bin"
+    done = run_cli("shim", "install", "--dir", folder)
+    assert done.returncode == 0, done.stderr
+    return folder / "ffmpeg"
+
+
+def _both(guard: Path, args: list[str], cwd: Path) -> tuple[Any, Any]:
+    env = dict(os.environ, PATH=f"{guard.parent}{os.pathsep}{os.environ['PATH']}")
+    guarded = subprocess.run([str(guard), *args], capture_output=True, cwd=cwd, env=env, timeout=60)
+    bare = subprocess.run([REAL_FFMPEG, *args], capture_output=True, cwd=cwd, timeout=60)
+    return guarded, bare
+
+
+@pytest.fixture
+def wav_on_volume(pipeline: Callable[..., Pipeline]) -> Path:
+    p = pipeline("32m")
+    wav = p.cache / "in.wav"
+    subprocess.run(
+        [
+            REAL_FFMPEG,
+            "-loglevel",
+            "error",
+            "-f",
+            "lavfi",
+            "-i",
+            "sine=duration=2",
+            "-ac",
+            "1",
+            "-ar",
+            "16000",
+            str(wav),
+        ],
+        check=True,
+    )
+    return wav
+
+
+def _untimed(stderr: bytes) -> list[bytes]:
+    return [ln for ln in stderr.replace(b"\r", b"\n").splitlines() if b"speed=" not in ln]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-version"],
+        ["-hide_banner", "-i", "in.wav", "-f", "null", "-"],
+        ["-hide_banner", "-loglevel", "error", "-i", "in.wav", "-f", "s16le", "-"],
+        ["-hide_banner", "-i", "missing.wav", "out.wav"],
+        ["-hide_banner", "-i", "in.wav"],
+        ["-hide_banner", "-i", "in.wav", "-no-such-option", "1", "x.wav"],
+    ],
+    ids=["version", "null-muxer", "pipe-to-stdout", "missing-input", "no-output", "unknown-opt"],
+)
+def test_calls_it_cannot_estimate_behave_exactly_as_bare_ffmpeg(
+    guard: Path, wav_on_volume: Path, args: list[str], run_cli: Cli
+) -> None:
+    guarded, bare = _both(guard, args, wav_on_volume.parent)
+    assert guarded.returncode == bare.returncode
+    assert guarded.stdout == bare.stdout
+    # line for line (bar ffmpeg's own timing figures): nothing of ours is added
+    assert _untimed(guarded.stderr) == _untimed(bare.stderr)
+    entries = log_of(run_cli)
+    assert not [e for e in entries if e["event"] in ("grant", "refuse")], entries
+
+
+def test_an_unestimable_call_leaves_one_debug_line_in_the_guard_log(
+    guard: Path, wav_on_volume: Path, janitor_env: Any
+) -> None:
+    _both(guard, ["-hide_banner", "-i", "in.wav", "-f", "null", "-"], wav_on_volume.parent)
+    logs = list(Path(os.environ.get("XDG_STATE_HOME", "")).rglob("guard.log"))
+    logs += list(Path(os.environ["HOME"]).rglob("guard.log"))
+    lines = [ln for f in set(logs) for ln in f.read_text().splitlines()]
+    assert len([ln for ln in lines if "unguarded" in ln and "null" in ln]) == 1, lines
+    assert all(" DEBUG " in ln for ln in lines if "unguarded" in ln)
+
+
+def test_a_guarded_write_gives_the_same_file_and_exit_as_bare_ffmpeg(
+    guard: Path, wav_on_volume: Path, run_cli: Cli
+) -> None:
+    args = [
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-y",
+        "-ss",
+        "0.5",
+        "-to",
+        "1.5",
+        "-i",
+        "in.wav",
+        "-f",
+        "f32le",
+        "-acodec",
+        "pcm_f32le",
+        "-ar",
+        "16000",
+        "-ac",
+        "1",
+    ]
+    folder = wav_on_volume.parent
+    guarded = subprocess.run([str(guard), *args, "g.pcm"], capture_output=True, cwd=folder)
+    bare = subprocess.run([REAL_FFMPEG, *args, "b.pcm"], capture_output=True, cwd=folder)
+    assert guarded.returncode == bare.returncode == 0, guarded.stderr
+    assert guarded.stderr == bare.stderr == b""
+    assert (folder / "g.pcm").read_bytes() == (folder / "b.pcm").read_bytes()
+    grants = [e for e in log_of(run_cli) if e["event"] == "grant"]
+    assert [(g["path"], g["bytes"]) for g in grants] == [(str(folder / "g.pcm"), PCM_RATE)]
+
+
+def test_signals_reach_ffmpeg_and_the_exit_is_ffmpegs(guard: Path, wav_on_volume: Path) -> None:
+    folder = wav_on_volume.parent
+    args = [
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-y",
+        "-readrate",
+        "0.05",
+        "-i",
+        "in.wav",
+        "-f",
+        "f32le",
+        "-acodec",
+        "pcm_f32le",
+        "out.pcm",
+    ]
+    codes = []
+    for exe in (str(guard), REAL_FFMPEG):
+        proc = subprocess.Popen([exe, *args], cwd=folder, stderr=subprocess.PIPE)
+        eventually(lambda: (folder / "out.pcm").exists(), timeout=30, what="ffmpeg to start")
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+        codes.append(proc.returncode)
+        (folder / "out.pcm").unlink(missing_ok=True)
+    assert codes[0] == codes[1], codes  # ffmpeg handles SIGTERM and exits 255; so does the guard
+    assert not [
+        p for p in psutil.process_iter(["cmdline"]) if "out.pcm" in (p.info["cmdline"] or [])
+    ]
+
+
+# -- finding the real ffmpeg --------------------------------------------------------------------
+
+
+def test_the_guard_never_runs_itself(guard: Path, tmp_path: Path) -> None:
+    env = {"PATH": f"{guard.parent}{os.pathsep}{guard.parent}", "HOME": str(tmp_path)}
+    done = subprocess.run([str(guard), "-version"], capture_output=True, text=True, env=env)
+    assert done.returncode == 127
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("space-janitor: no ffmpeg")
+    env["JANITOR_FFMPEG"] = str(guard)
+    done = subprocess.run([str(guard), "-version"], capture_output=True, text=True, env=env)
+    assert done.returncode == 127 and "is the guard itself" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1
+    env["JANITOR_FFMPEG"] = REAL_FFMPEG
+    done = subprocess.run([str(guard), "-version"], capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and done.stdout.startswith("ffmpeg version"), done.stderr
+
+
+# -- where an output lies -----------------------------------------------------------------------
+
+
+def test_an_output_outside_every_tree_is_held_to_its_volumes_floor(
+    pipeline: Callable[..., Pipeline], guard: Path, run_cli: Cli, m4a: Callable[[float], Path]
+) -> None:
+    p = pipeline("12m", floor="4MiB")  # 8 MiB above the floor; the PCM is 9.2 MiB
+    loose = p.mount / "elsewhere"
+    loose.mkdir()
+    args = [
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-y",
+        "-i",
+        str(m4a(150)),
+        "-f",
+        "f32le",
+        "-acodec",
+        "pcm_f32le",
+        "-ar",
+        "16000",
+        "-ac",
+        "1",
+        "big.pcm",
+    ]
+    done = subprocess.run([str(guard), *args], capture_output=True, text=True, cwd=loose)
+    assert done.returncode == 75, done.stderr
+    assert done.stderr.startswith("space-janitor: refused to write " + str(loose / "big.pcm"))
+    assert done.stderr.count("\n") == 1
+    assert not (loose / "big.pcm").exists()
+    # a small one fits, and is reserved against the same volume
+    small = [*args[:6], "-t", "5", *args[6:-1], "small.pcm"]
+    done = subprocess.run([str(guard), *small], capture_output=True, text=True, cwd=loose)
+    assert done.returncode == 0, done.stderr
+    grants = [e for e in log_of(run_cli) if e["event"] == "grant"]
+    assert [g["bytes"] for g in grants] == [5 * PCM_RATE], grants
+
+
+def test_an_output_on_a_volume_the_policy_does_not_cover_runs_unguarded(
+    pipeline: Callable[..., Pipeline],
+    guard: Path,
+    run_cli: Cli,
+    tmpfs: Callable[..., Path],
+    wav_on_volume: Path,
+) -> None:
+    other = tmpfs("8m", name="other")
+    args = [
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-y",
+        "-i",
+        str(wav_on_volume),
+        "-f",
+        "f32le",
+        "-acodec",
+        "pcm_f32le",
+        "out.pcm",
+    ]
+    done = subprocess.run([str(guard), *args], capture_output=True, text=True, cwd=other)
+    assert done.returncode == 0, done.stderr
+    assert (other / "out.pcm").stat().st_size == 2 * PCM_RATE
+    assert not [e for e in log_of(run_cli) if e["event"] == "grant"]
+
+
+# -- the shim ------------------------------------------------------------------------------------
+
+
+def test_shim_install_status_uninstall(run_cli: Cli, tmp_path: Path) -> None:
+    folder = tmp_path / "bin"
+    dry = run_cli("shim", "install", "--dir", folder, "--dry-run")
+    assert dry.returncode == 0 and not folder.exists(), dry.stderr
+    done = run_cli("shim", "install", "--dir", folder)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout + done.stderr
+    assert f'export PATH={folder}:"$PATH"' in text, text  # the shell line
+    assert "launchctl" in text or "Environment=" in text, text  # and a server's
+    status = run_cli("shim", "status", "--dir", folder, "--json")
+    state = json.loads(status.stdout)
+    assert state["installed"] and not state["first_on_path"], state
+    assert status.returncode == 1  # installed but not first on PATH: not protecting anything
+    on_path = run_cli(
+        "shim", "status", "--dir", folder, "--json", env={"PATH": f"{folder}:{os.environ['PATH']}"}
+    )
+    state = json.loads(on_path.stdout)
+    assert on_path.returncode == 0 and state["first_on_path"], state
+    assert state["real_ffmpeg"] == REAL_FFMPEG
+    gone = run_cli("shim", "uninstall", "--dir", folder)
+    assert gone.returncode == 0 and not (folder / "ffmpeg").exists(), gone.stderr
+
+
+def test_shim_uninstall_refuses_a_file_that_is_not_the_guard(run_cli: Cli, tmp_path: Path) -> None:
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    theirs = folder / "ffmpeg"
+    theirs.write_text('#!/bin/sh\nexec /usr/bin/ffmpeg "$@"\n')
+    done = run_cli("shim", "uninstall", "--dir", folder)
+    assert done.returncode != 0
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert theirs.exists()
+    done = run_cli("shim", "install", "--dir", folder)
+    assert done.returncode != 0 and theirs.read_text().startswith("#!/bin/sh"), done.stderr
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_ffmpeg() -> Iterator[None]:
+    """No ffmpeg started by a test outlives it (the guard never leaves one behind)."""
+    yield
+    for proc in psutil.process_iter(["name", "ppid"]):
+        if proc.info["name"] == "ffmpeg" and proc.info["ppid"] == 1:
+            proc.kill()
+            pytest.fail(f"an ffmpeg outlived its test: pid {proc.pid}")
