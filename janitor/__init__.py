@@ -8,8 +8,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from janitor.errors import (
     ConfigError,
     JanitorError,
@@ -22,7 +20,10 @@ from janitor.errors import (
     UnknownTree,
 )
 
+TYPE_CHECKING = False  # not typing's: the guarded ffmpeg imports this package on every call
 if TYPE_CHECKING:
+    from typing import Any
+
     from janitor.core import Janitor
     from janitor.reserve import Admission, Reservation, ReservationInfo
     from janitor.settings import Settings

@@ -8,8 +8,11 @@ All of them pickle, so they cross process boundaries (multiprocessing workers) i
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterable
-from typing import Any
+
+TYPE_CHECKING = False  # typing costs the guarded ffmpeg 20 ms at every start
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any
 
 __all__ = [
     "EXIT_BAD_INPUT",

@@ -115,14 +115,14 @@ def find_real_ffmpeg(env: dict[str, str] | None = None, me: str | None = None) -
 class _Daemon:
     """A minimal HTTP/1.1 client on the daemon's Unix socket: one connection, JSON bodies.
 
-    Hand-written on purpose: http.client and json's friends would cost the guard more start-up
-    than the whole request takes.
+    Hand-written on purpose, on ``_socket`` with a small JSON reader: socket (enum, selectors),
+    json (re) and http.client would cost the guard more start-up than the whole request takes.
     """
 
     def __init__(self, path: str, timeout: float = 120.0) -> None:
-        import socket
+        import _socket
 
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         try:
             self.sock.connect(path)
@@ -130,16 +130,26 @@ class _Daemon:
             self.sock.close()
             raise
         self._buf = b""
+        self._unread = 0
 
-    def call(self, method: str, url: str, body: Any = None) -> tuple[int, Any]:
-        import json
-
-        data = b"" if body is None else json.dumps(body).encode()
+    def send(self, method: str, url: str, body: Any = None) -> None:
+        """Send a request without waiting for its answer (read, and dropped, by the next call)."""
+        data = b"" if body is None else _dumps(body).encode()
         head = (
             f"{method} {url} HTTP/1.1\r\nhost: janitor\r\ncontent-type: application/json\r\n"
             f"content-length: {len(data)}\r\n\r\n"
         ).encode()
         self.sock.sendall(head + data)
+        self._unread += 1
+
+    def call(self, method: str, url: str, body: Any = None) -> tuple[int, Any]:
+        self.send(method, url, body)
+        while self._unread > 1:
+            self._response()
+        status, payload = self._response()
+        return status, _loads(payload) if payload else None
+
+    def _response(self) -> tuple[int, bytes]:
         while b"\r\n\r\n" not in self._buf:
             self._recv()
         header, _, self._buf = self._buf.partition(b"\r\n\r\n")
@@ -153,7 +163,8 @@ class _Daemon:
         while len(self._buf) < length:
             self._recv()
         payload, self._buf = self._buf[:length], self._buf[length:]
-        return status, json.loads(payload) if payload else None
+        self._unread -= 1
+        return status, payload
 
     def _recv(self) -> None:
         chunk = self.sock.recv(65536)
@@ -163,6 +174,121 @@ class _Daemon:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _dumps(obj: Any) -> str:
+    """JSON text of dicts, lists, strings, numbers, booleans and None."""
+    if obj is None:
+        return "null"
+    if obj is True or obj is False:
+        return "true" if obj else "false"
+    if isinstance(obj, int | float):
+        return repr(obj)
+    if isinstance(obj, str):
+        out = []
+        for ch in obj:
+            if ch in '"\\':
+                out.append("\\" + ch)
+            elif ch < " ":
+                out.append(f"\\u{ord(ch):04x}")
+            elif "\ud800" <= ch <= "\udfff":  # a surrogate-escaped byte: not valid UTF-8
+                raise ValueError(f"{obj!r} is not valid text")
+            else:
+                out.append(ch)
+        return '"' + "".join(out) + '"'
+    if isinstance(obj, dict):
+        return "{" + ",".join(f"{_dumps(str(k))}:{_dumps(v)}" for k, v in obj.items()) + "}"
+    if isinstance(obj, list | tuple):
+        return "[" + ",".join(_dumps(v) for v in obj) + "]"
+    raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+
+
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _loads(data: bytes) -> Any:
+    """The value of a JSON document (what the daemon answers), read without ``json``/``re``."""
+    text = data.decode()
+    try:
+        value, end = _value(text, _skip(text, 0))
+    except (IndexError, KeyError):
+        raise ValueError("truncated or broken JSON") from None
+    if _skip(text, end) != len(text):
+        raise ValueError("trailing data after JSON")
+    return value
+
+
+def _skip(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _value(text: str, i: int) -> tuple[Any, int]:
+    ch = text[i]
+    if ch == "{":
+        obj: dict[str, Any] = {}
+        i = _skip(text, i + 1)
+        if text[i] == "}":
+            return obj, i + 1
+        while True:
+            key, i = _value(text, i)
+            i = _skip(text, i)
+            if text[i] != ":":
+                raise ValueError(f"expected ':' at {i}")
+            obj[key], i = _value(text, _skip(text, i + 1))
+            i = _skip(text, i)
+            if text[i] == "}":
+                return obj, i + 1
+            if text[i] != ",":
+                raise ValueError(f"expected ',' at {i}")
+            i = _skip(text, i + 1)
+    if ch == "[":
+        arr: list[Any] = []
+        i = _skip(text, i + 1)
+        if text[i] == "]":
+            return arr, i + 1
+        while True:
+            item, i = _value(text, i)
+            arr.append(item)
+            i = _skip(text, i)
+            if text[i] == "]":
+                return arr, i + 1
+            if text[i] != ",":
+                raise ValueError(f"expected ',' at {i}")
+            i = _skip(text, i + 1)
+    if ch == '"':
+        out = []
+        i += 1
+        while True:
+            j = i
+            while text[j] not in '"\\':
+                j += 1
+            out.append(text[i:j])
+            if text[j] == '"':
+                return "".join(out), j + 1
+            esc = text[j + 1]
+            if esc == "u":
+                code = int(text[j + 2 : j + 6], 16)
+                i = j + 6
+                if 0xD800 <= code < 0xDC00 and text[i : i + 2] == "\\u":
+                    low = int(text[i + 2 : i + 6], 16)
+                    code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                    i += 6
+                out.append(chr(code))
+            else:
+                out.append(_ESCAPES[esc])
+                i = j + 2
+    for word, val in (("true", True), ("false", False), ("null", None)):
+        if text.startswith(word, i):
+            return val, i + len(word)
+    j = i
+    while j < len(text) and text[j] in "+-0123456789.eE":
+        j += 1
+    number = text[i:j]
+    if not number:
+        raise ValueError(f"unexpected {ch!r} at {i}")
+    return (float(number) if any(c in number for c in ".eE") else int(number)), j
 
 
 # -- the two ways to hold a call's writes ----------------------------------------------------------
@@ -209,8 +335,9 @@ class _DaemonHold(_Hold):
         _unpack(self, body)
 
     def cover(self, pid: int) -> None:
+        # not waited for: the guard owns the reservation too, and ffmpeg dies with the guard
         for rid, *_ in self.reservations:
-            self.daemon.call("POST", f"/v1/reservations/{rid}/cover", {"pid": pid})
+            self.daemon.send("POST", f"/v1/reservations/{rid}/cover", {"pid": pid})
 
     def at_risk(self, rid: str) -> str | None:
         status, body = self.daemon.call("GET", f"/v1/reservations/{rid}")
@@ -486,7 +613,7 @@ def _hold(request: dict[str, Any], socket_path: str | None) -> _Hold:
     """Through the daemon when it answers (and runs the same policy), else the library."""
     runtime = os.environ.get("JANITOR_RUNTIME_DIR")
     path = os.path.join(runtime, "janitor.sock") if runtime else socket_path
-    if path and os.environ.get("JANITOR_CONFIG") is None:
+    if path:
         try:
             daemon = _Daemon(path)
         except OSError:

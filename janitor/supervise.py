@@ -23,9 +23,11 @@ have been given to another process.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import threading
+
+try:  # the C module: ``signal`` builds its enums at import, 8 ms on every guarded ffmpeg call
+    import _signal as signal  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # pragma: no cover - not CPython
+    import signal  # type: ignore[no-redef,unused-ignore]
 
 from janitor.fastpaths import LINUX, PORTABLE
 
@@ -76,23 +78,32 @@ def in_foreground() -> bool:
         return False
 
 
-def _pdeathsig(parent: int) -> Callable[[], None] | None:
-    """A preexec function that makes the kernel SIGKILL the child when ``parent`` dies (Linux)."""
+def _prctl() -> Any:
+    """libc's ``prctl`` on Linux (for ``PR_SET_PDEATHSIG``), else None."""
     if not LINUX:
         return None
     try:
         import ctypes
 
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (ImportError, OSError, AttributeError):
         return None
 
-    def arm() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent:  # the supervisor died before the request took effect
-            os.kill(os.getpid(), signal.SIGKILL)
 
-    return arm
+def _which(name: str, env: Mapping[str, str] | None) -> str:
+    """``name`` resolved on PATH as execvp would; FileNotFoundError when it is not there."""
+    if os.sep in name:
+        return name
+    path = (os.environ if env is None else env).get("PATH", os.defpath)
+    for folder in path.split(os.pathsep):
+        candidate = os.path.join(folder or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise FileNotFoundError(2, "No such file or directory", name)
+
+
+def _fd(stream: int | IO[Any] | None) -> int | None:
+    return stream if stream is None or isinstance(stream, int) else stream.fileno()
 
 
 class Supervised:
@@ -101,6 +112,10 @@ class Supervised:
     ``wait(timeout)`` returns the exit code once the command ended (None before);
     ``signal(sig)`` reaches the command's process group; ``stop(grace)`` sends SIGTERM, then
     SIGKILL after ``grace`` seconds.
+
+    Started with ``fork`` + ``exec`` and ``posix_spawn`` rather than ``subprocess``: the guarded
+    ffmpeg supervises every alignment group's cut, and importing subprocess (locale, re, enum)
+    would cost it 15 ms each time.
     """
 
     def __init__(
@@ -113,47 +128,82 @@ class Supervised:
         stdout: int | IO[Any] | None = None,
         stderr: int | IO[Any] | None = None,
     ) -> None:
+        import threading
+
         self.foreground = in_foreground() if foreground is None else foreground
-        # The pipe's write end is ours alone: os.pipe() is not inherited, and Popen closes
-        # every other descriptor in its children, so no command keeps it open.
+        argv = list(argv)
+        exe = _which(argv[0], env)
+        environ = dict(os.environ if env is None else env)
+        # The pipe's write end is ours alone: os.pipe() is not inherited across exec, so neither
+        # the command nor the sentinel keeps it open.
         read_end, self._word = os.pipe()
         try:
-            self.process = subprocess.Popen(
-                list(argv),
-                env=None if env is None else dict(env),
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                preexec_fn=_pdeathsig(os.getpid()),
-                process_group=None if self.foreground else 0,
-            )
+            self.pid = self._spawn(exe, argv, environ, (_fd(stdin), _fd(stdout), _fd(stderr)))
         except BaseException:
             os.close(read_end)
             os.close(self._word)
             raise
-        self.pid = self.process.pid
         target = str(self.pid) if self.foreground else f"-{self.pid}"
+        self._sentinel: int | None = None
         try:
-            self._sentinel: subprocess.Popen[bytes] | None = subprocess.Popen(
-                ["/bin/sh", "-c", _SENTINEL, "janitor-sentinel", target],
-                stdin=read_end,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # out of reach of the terminal and of group kills
-            )
+            self._sentinel = _spawn_sentinel(read_end, target)
         except OSError:
-            # No sentinel (no /bin/sh?): Linux still has pdeathsig; say nothing more here.
-            self._sentinel = None
+            pass  # no /bin/sh: Linux still has pdeathsig; say nothing more here
         finally:
             os.close(read_end)
         self._exited = threading.Event()
         self._returncode: int | None = None
         threading.Thread(target=self._watch, name="janitor-supervised", daemon=True).start()
 
+    def _spawn(
+        self, exe: str, argv: list[str], env: dict[str, str], stdio: tuple[int | None, ...]
+    ) -> int:
+        """fork + exec, the child armed first: pdeathsig, its own group, default SIGPIPE."""
+        prctl = _prctl()
+        parent = os.getpid()
+        group = not self.foreground
+        errors_r, errors_w = os.pipe()  # close-on-exec: EOF means the exec went through
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child, measured through its behaviour
+            try:
+                os.close(errors_r)
+                if prctl is not None:
+                    prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+                    if os.getppid() != parent:  # the supervisor died before that took effect
+                        os.kill(os.getpid(), signal.SIGKILL)
+                if group:
+                    os.setpgid(0, 0)
+                for target, fd in enumerate(stdio):
+                    if fd is not None and fd != target:
+                        os.dup2(fd, target)
+                for sig in (signal.SIGPIPE, getattr(signal, "SIGXFSZ", None)):
+                    if sig is not None:  # Python ignores these; the command must not
+                        signal.signal(sig, signal.SIG_DFL)
+                os.execve(exe, argv, env)
+            except OSError as exc:
+                os.write(errors_w, str(exc.errno or 0).encode())
+            finally:
+                os._exit(127)
+        os.close(errors_w)
+        try:
+            failed = os.read(errors_r, 32)
+        finally:
+            os.close(errors_r)
+        if group:
+            try:  # set from both sides, so a signal sent right away reaches the group
+                os.setpgid(pid, pid)
+            except OSError:
+                pass
+        if failed:
+            os.waitpid(pid, 0)
+            code = int(failed or 0)
+            raise OSError(code, os.strerror(code), argv[0])
+        return pid
+
     @property
     def sentinel_pid(self) -> int | None:
         """The sentinel's pid (for tests and diagnostics)."""
-        return None if self._sentinel is None else self._sentinel.pid
+        return self._sentinel
 
     def _watch(self) -> None:
         """Block until the command exits; release the sentinel before the pid is reaped."""
@@ -165,9 +215,9 @@ class Supervised:
             except InterruptedError:  # pragma: no cover - PEP 475 retries for us
                 pass
             self._dismiss()
-            self._returncode = self.process.wait()
+            self._returncode = _reap(self.pid)
         else:
-            self._returncode = self.process.wait()
+            self._returncode = _reap(self.pid)
             self._dismiss()
         self._exited.set()
 
@@ -182,10 +232,7 @@ class Supervised:
             pass
         os.close(word)
         if self._sentinel is not None:
-            try:
-                self._sentinel.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            _reap(self._sentinel)  # it exits as soon as it reads the word
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The command's exit code once it ended (negative: killed by that signal), else None
@@ -222,6 +269,44 @@ class Supervised:
         return code
 
 
+def _reap(pid: int) -> int:
+    """Wait for ``pid`` and return its exit code, negative for a signal (as Popen does)."""
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            return 0
+        if os.WIFSTOPPED(status):
+            continue
+        return os.waitstatus_to_exitcode(status)
+
+
+def _spawn_sentinel(read_end: int, target: str) -> int:
+    """The sentinel, reading ``read_end`` as its stdin, in a session of its own (out of reach of
+    the terminal and of group kills)."""
+    args = ["/bin/sh", "-c", _SENTINEL, "janitor-sentinel", target]
+    actions = [
+        (os.POSIX_SPAWN_DUP2, read_end, 0),
+        (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+    ]
+    try:
+        return os.posix_spawn(args[0], args, os.environ, file_actions=actions, setsid=True)
+    except NotImplementedError:  # no POSIX_SPAWN_SETSID here: fork
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                os.setsid()
+                os.dup2(read_end, 0)
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 1)
+                os.dup2(null, 2)
+                os.execv(args[0], args)
+            finally:
+                os._exit(127)
+        return pid
+
+
 def exit_code(returncode: int) -> int:
     """A shell's exit code for a returncode: 128 + N for a command killed by signal N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -233,6 +318,8 @@ def forward_signals(child: Supervised) -> dict[int, Any]:
     Ctrl-Z stops the command and then us, so the shell that ran us sees a stopped job; SIGCONT
     (``fg``) continues both. Returns the previous handlers, for :func:`restore_signals`.
     """
+    import threading
+
     forwarded: dict[int, Any] = {}
     if threading.current_thread() is not threading.main_thread():
         return forwarded

@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""What the guarded ffmpeg costs on the path of every alignment group, and the pre-flight's speed.
+
+1. Cutting a 30-second segment PCM from a cached 10-minute WAV, batchalign3's forced-alignment
+   write (``ffmpeg -y -ss S -to S+30 -i WAV -f f32le -acodec pcm_f32le -ar 16000 -ac 1 OUT``):
+   bare ffmpeg against the guard (``janitor shim install``'s script) asking the running daemon
+   over its socket, and against the guard with no daemon (the ledger directly). Rounds are
+   interleaved (bare, daemon, library, bare, ...) so load drifts alike on all three. Target
+   (issue 13, item 6): the guard adds at most 40 ms to the median and at most 25 %.
+2. ``janitor run --media FOLDER -- true`` over 100 media files with nothing remembered (a cold
+   probe cache each round): target at most 2 s on 2 cores. Baselines: ffprobe over the same
+   files one after another, and ``python -c pass``.
+
+Everything runs in a throw-away sandbox (its own policy, state, cache, runtime and log
+folders); the user's ledger and config are never touched.
+
+    python benchmarks/bench_guard.py [--runs 30] [--files 100] [--json FILE] [--strict]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import percentile
+
+TARGET_MS = 40.0
+TARGET_PCT = 25.0
+TARGET_PREFLIGHT_S = 2.0
+FFMPEG = shutil.which("ffmpeg")
+FFPROBE = shutil.which("ffprobe")
+
+
+def janitor_bin() -> str:
+    exe = Path(sys.executable).with_name("janitor")
+    if not exe.exists():
+        raise SystemExit(f"bench: no janitor beside {sys.executable}; pip install . first")
+    return str(exe)
+
+
+def sandbox(root: Path) -> dict[str, str]:
+    """A policy with a media cache and a job temp tree under ``root``, and its folders."""
+    cache, tmp = root / "cache", root / "tmp"
+    cache.mkdir()
+    tmp.mkdir()
+    policy = root / "policy.toml"
+    policy.write_text(
+        '[volume]\nfloor = "64MiB"\n\n'
+        f'[trees.media_cache]\nrole = "cache"\npath = {json.dumps(str(cache))}\n'
+        'quota = "1GiB"\nmin_age = "10m"\n\n'
+        f'[trees.job_tmp]\nrole = "scratch"\npath = {json.dumps(str(tmp))}\nunits = "dir"\n'
+        'unit_glob = ".tmp*"\norphan_age = "12h"\nmin_age = "10m"\n'
+    )
+    (root / "config.toml").write_text("")
+    runtime = Path(tempfile.mkdtemp(prefix="bg-", dir="/tmp"))  # short: a socket path
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JANITOR_")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed wheel is byte-compiled; match it
+    env.update(
+        HOME=str(root / "home"),
+        XDG_CACHE_HOME=str(root / "home" / ".cache"),
+        XDG_DATA_HOME=str(root / "home" / ".local" / "share"),
+        TMPDIR=str(tmp),
+        JANITOR_STATE_DIR=str(root / "state"),
+        JANITOR_POLICY=str(policy),
+        JANITOR_CONFIG=str(root / "config.toml"),
+        JANITOR_RUNTIME_DIR=str(runtime),
+        JANITOR_LOG_DIR=str(root / "log"),
+    )
+    return env
+
+
+def make_wav(path: Path, seconds: int) -> None:
+    subprocess.run(
+        [FFMPEG, "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+         f"sine=frequency=440:duration={seconds}", "-acodec", "pcm_s16le", "-ar", "16000",
+         "-ac", "1", str(path)],
+        check=True,
+    )  # fmt: skip
+
+
+def wait_socket(path: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(path))
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("bench: the daemon did not open its socket")
+
+
+def cut_args(wav: Path, out: Path, start: float) -> list[str]:
+    return ["-nostdin", "-loglevel", "error", "-y", "-ss", f"{start:.3f}", "-to",
+            f"{start + 30:.3f}", "-i", str(wav), "-f", "f32le", "-acodec", "pcm_f32le",
+            "-ar", "16000", "-ac", "1", str(out)]  # fmt: skip
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def bench_cut(root: Path, env: dict[str, str], runs: int) -> dict[str, list[float]]:
+    wav = root / "cache" / "0123456789abcdef01234567.wav"
+    make_wav(wav, 600)
+    job = root / "tmp" / ".tmpBENCH" / "fa_v2" / "audio"
+    job.mkdir(parents=True)
+    guard_dir = root / "bin"
+    subprocess.run([janitor_bin(), "shim", "install", "--dir", str(guard_dir)], env=env,
+                   check=True, capture_output=True)  # fmt: skip
+    guard = str(guard_dir / "ffmpeg")
+    path = f"{guard_dir}{os.pathsep}{env['PATH']}"
+    lib_env = dict(env, PATH=path, JANITOR_RUNTIME_DIR=str(root / "no-daemon"))
+    daemon_env = dict(env, PATH=path)
+    daemon = subprocess.Popen([janitor_bin(), "daemon", "--quiet"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    times: dict[str, list[float]] = {"bare": [], "daemon": [], "library": []}
+    try:
+        wait_socket(Path(env["JANITOR_RUNTIME_DIR"]) / "janitor.sock")
+        modes = (("bare", [FFMPEG], env), ("daemon", [guard], daemon_env),
+                 ("library", [guard], lib_env))  # fmt: skip
+        for i in range(runs + 3):  # three rounds of warm-up: page cache, bytecode, probe cache
+            for name, exe, menv in modes:
+                out = job / f"fa-v2-audio-{name}-{i}.pcm"
+                took = timed([*exe, *cut_args(wav, out, (i % 19) * 30.0)], menv)
+                if out.stat().st_size != 30 * 64_000:
+                    raise SystemExit(f"bench: {name} wrote {out.stat().st_size} bytes")
+                out.unlink()
+                if i >= 3:
+                    times[name].append(took)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(15)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+    log = subprocess.run([janitor_bin(), "log", "--json"], env=env, capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    grants = sum(1 for e in json.loads(log.stdout) if e["event"] == "grant")
+    if grants != 2 * (runs + 3):
+        raise SystemExit(f"bench: expected {2 * (runs + 3)} guarded grants, the log has {grants}")
+    return times
+
+
+def bench_preflight(root: Path, env: dict[str, str], files: int, rounds: int) -> dict[str, float]:
+    media = root / "media"
+    media.mkdir()
+    first = media / "talk-000.m4a"
+    subprocess.run(
+        [FFMPEG, "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+         "sine=frequency=440:duration=60", "-ac", "1", "-c:a", "aac", "-b:a", "32k", str(first)],
+        check=True,
+    )  # fmt: skip
+    for i in range(1, files):
+        shutil.copyfile(first, media / f"talk-{i:03d}.m4a")  # distinct files: each is probed
+    probes = Path(env["XDG_CACHE_HOME"])
+    cold: list[float] = []
+    for _ in range(rounds):
+        shutil.rmtree(probes, ignore_errors=True)
+        t = time.perf_counter()
+        done = subprocess.run([janitor_bin(), "run", "--media", str(media), "--", "true"],
+                              env=env, capture_output=True, text=True)  # fmt: skip
+        cold.append(time.perf_counter() - t)
+        if done.returncode != 0 or f"{files} media files" not in done.stderr:
+            raise SystemExit(f"bench: janitor run failed: {done.stderr}")
+    t = time.perf_counter()
+    subprocess.run([janitor_bin(), "run", "--media", str(media), "--", "true"], env=env,
+                   capture_output=True, check=True)  # fmt: skip
+    warm = time.perf_counter() - t
+    t = time.perf_counter()
+    for f in sorted(media.iterdir()):
+        subprocess.run([FFPROBE, "-v", "error", "-show_entries", "format=duration", "-of",
+                        "csv=p=0", str(f)], capture_output=True, check=True)  # fmt: skip
+    serial = time.perf_counter() - t
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    bare_python = time.perf_counter() - t
+    return {"cold_median_s": statistics.median(cold), "cold_max_s": max(cold), "warm_s": warm,
+            "ffprobe_serial_s": serial, "python_pass_s": bare_python}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=30, help="timed cuts per mode")
+    ap.add_argument("--files", type=int, default=100, help="media files for the pre-flight")
+    ap.add_argument("--rounds", type=int, default=3, help="cold pre-flights")
+    ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
+    ap.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
+    args = ap.parse_args(argv)
+    if FFMPEG is None or FFPROBE is None:
+        raise SystemExit("bench: ffmpeg and ffprobe are needed (Debian/Homebrew package ffmpeg)")
+    with tempfile.TemporaryDirectory(prefix="bench-guard-") as tmp:
+        root = Path(tmp)
+        env = sandbox(root)
+        try:
+            cut = bench_cut(root, env, args.runs)
+            pre = bench_preflight(root, env, args.files, args.rounds)
+        finally:
+            shutil.rmtree(env["JANITOR_RUNTIME_DIR"], ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in cut.items()}
+    p90 = {k: percentile(sorted(v), 90) for k, v in cut.items()}
+    print(
+        f"machine: nproc={os.cpu_count()}, load {os.getloadavg()[0]:.2f}, "
+        f"CPython {sys.version.split()[0]}, {args.runs} cuts per mode"
+    )
+    rows = [("measurement", "median", "p90", "vs bare ffmpeg", "target", "verdict")]
+    rows.append(("bare ffmpeg, 30 s segment PCM from a cached WAV", f"{med['bare'] * 1e3:.1f} ms",
+                 f"{p90['bare'] * 1e3:.1f} ms", "baseline", "-", "-"))  # fmt: skip
+    ok = True
+    for name, label in (("daemon", "guarded, daemon running (socket)"),
+                        ("library", "guarded, no daemon (ledger directly)")):  # fmt: skip
+        extra = med[name] - med["bare"]
+        pct = 100 * extra / med["bare"]
+        meets = extra * 1e3 <= TARGET_MS and pct <= TARGET_PCT
+        if name == "daemon":
+            ok &= meets
+        rows.append((label, f"{med[name] * 1e3:.1f} ms", f"{p90[name] * 1e3:.1f} ms",
+                     f"+{extra * 1e3:.1f} ms (+{pct:.0f} %)",
+                     f"<= +{TARGET_MS:g} ms, <= +{TARGET_PCT:g} %",
+                     "meets" if meets else "MISSES"))  # fmt: skip
+    pre_ok = pre["cold_median_s"] <= TARGET_PREFLIGHT_S
+    ok &= pre_ok
+    rows.append((f"janitor run --media ({args.files} files), nothing remembered",
+                 f"{pre['cold_median_s']:.2f} s", f"max {pre['cold_max_s']:.2f} s",
+                 f"ffprobe one by one {pre['ffprobe_serial_s']:.2f} s",
+                 f"<= {TARGET_PREFLIGHT_S:g} s", "meets" if pre_ok else "MISSES"))  # fmt: skip
+    rows.append(("janitor run --media, probes remembered", f"{pre['warm_s']:.2f} s", "-", "-",
+                 "-", "-"))  # fmt: skip
+    rows.append(("python -c pass", f"{pre['python_pass_s'] * 1e3:.1f} ms", "-", "-", "-", "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    if args.json:
+        args.json.write_text(json.dumps({"cut": cut, "preflight": pre}, indent=2))
+    return 1 if args.strict and not ok else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
