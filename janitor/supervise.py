@@ -34,7 +34,7 @@ from janitor.fastpaths import LINUX, PORTABLE
 # The guarded ffmpeg imports this module on every call: no typing at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
     from types import FrameType
     from typing import IO, Any
 
