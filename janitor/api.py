@@ -120,6 +120,20 @@ class GuardRequest(BaseModel):
     )
 
 
+class EstimateRequest(BaseModel):
+    """An ffmpeg argument list (without ``ffmpeg``) whose output bytes are wanted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    args: list[str] = Field(min_length=1, max_length=1024)
+    cwd: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="The folder relative paths are taken against (absolute); required when "
+        "an input or output path is relative.",
+    )
+
+
 class GuardRelease(BaseModel):
     """What a guarded call held: its reservations and pins, ended together."""
 
@@ -340,6 +354,60 @@ class _Calls:
             return 507, _dumps({**exc.as_dict(), "output": exc.filename})
         return 200, _dumps(session.as_dict())
 
+    def estimate(self, req: EstimateRequest) -> tuple[int, bytes]:
+        from janitor import ffmpeg
+        from janitor.writes import locate
+
+        if req.cwd is not None and not os.path.isabs(req.cwd):
+            return 422, _dumps(
+                {"error": "bad_request", "message": f"cwd {req.cwd!r} is not absolute"}
+            )
+        if req.cwd is None:
+            inv = ffmpeg.parse(req.args)
+            paths = [*ffmpeg.input_files(inv), *(o.url for o in inv.outputs)]
+            relative = [p for p in paths if p != "-" and ":" not in p and not os.path.isabs(p)]
+            if relative:
+                return 422, _dumps(
+                    {"error": "bad_request", "message": f"{relative[0]!r} is relative: give cwd"}
+                )
+        est = ffmpeg.estimate_command(req.args, cwd=req.cwd or "/", probe=self._probe())
+        if isinstance(est, ffmpeg.NotEstimable):
+            return 200, _dumps({"estimable": False, "reason": est.reason})
+        jan = self.daemon.janitor
+        outputs = []
+        for o in est:
+            where = locate(jan, o.path)
+            outputs.append(
+                {
+                    "path": o.path,
+                    "bytes": o.bytes,
+                    "header_bytes": o.header_bytes,
+                    "duration_s": o.duration_s,
+                    "format": o.format,
+                    "codec": o.codec,
+                    "sample_rate": o.sample_rate,
+                    "channels": o.channels,
+                    "tree": None if where is None else where[0],
+                    "in_tree": where is not None and where[1] is not None,
+                }
+            )
+        total = sum(o.bytes for o in est)
+        return 200, _dumps({"estimable": True, "outputs": outputs, "total_bytes": total})
+
+    def _probe(self) -> Any:
+        """The guard's probe cache (one per user), so a recording is probed once for both."""
+        from janitor import ffmpeg
+
+        probe = getattr(self, "_probe_cache", None)
+        if probe is None:
+            import platformdirs
+
+            from janitor.settings import APP_NAME
+
+            folder = platformdirs.user_cache_dir(APP_NAME, appauthor=False)
+            probe = self._probe_cache = ffmpeg.Probe(os.path.join(folder, "probes"))
+        return probe
+
     def guard_release(self, req: GuardRelease) -> bytes:
         from janitor.guard import release_all
 
@@ -449,6 +517,13 @@ def create_app(daemon: Daemon, offload: Offload | None = None) -> FastAPI:
             return Response(
                 body, status_code=507, media_type="application/json", headers={"Retry-After": "5"}
             )
+        return _json(body, status)
+
+    @app.post("/v1/estimate", response_model=dict[str, Any], responses=errors)
+    async def estimate(req: EstimateRequest) -> Any:
+        """The files an ffmpeg command will write and their bytes, as the guard works them out
+        (``estimable: false`` with the reason when it cannot be sure), and the tree of each."""
+        status, body = await off.run(calls.estimate, req)
         return _json(body, status)
 
     @app.post("/v1/guard/release", response_model=dict[str, Any], responses=errors)

@@ -591,20 +591,16 @@ def _plan(args: list[str], cache_dir: str | None, real: str) -> dict[str, Any] |
     """The request for this call's writes, or why it cannot be estimated."""
     from janitor import ffmpeg
 
-    inv = ffmpeg.parse(args)
     folder = os.environ.get("JANITOR_CACHE_DIR") or cache_dir
-    probe = ffmpeg.Probe(
-        os.path.join(folder, "probes") if folder else None,
-        ffmpeg=real,
-    )
-    est = ffmpeg.estimate(inv, probe.duration_of)
+    probe = ffmpeg.Probe(os.path.join(folder, "probes") if folder else None, ffmpeg=real)
+    cwd = os.getcwd()
+    est = ffmpeg.estimate_command(args, cwd=cwd, probe=probe)
     if isinstance(est, ffmpeg.NotEstimable):
         return est.reason
-    cwd = os.getcwd()
-    outputs = [
-        {"path": os.path.normpath(os.path.join(cwd, o.path)), "bytes": int(o.bytes)} for o in est
+    outputs = [{"path": o.path, "bytes": int(o.bytes)} for o in est]
+    inputs = [
+        os.path.normpath(os.path.join(cwd, i)) for i in ffmpeg.input_files(ffmpeg.parse(args))
     ]
-    inputs = [os.path.normpath(os.path.join(cwd, i)) for i in ffmpeg.input_files(inv)]
     job = os.environ.get("JANITOR_JOB") or "ffmpeg"
     return {"outputs": outputs, "inputs": inputs, "owner_pid": os.getpid(), "job": job}
 

@@ -175,12 +175,15 @@ def _media_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
 
 
 def _plan_one(path: str, duration_of: Callable[[str], Any], cache: Path) -> MediaPlan:
+    from janitor.ffmpeg import container_duration
+
     converts = os.path.splitext(path)[1].lower() in CONVERTED
     try:
-        info = duration_of(path)
+        known = container_duration(path)  # WAV and MP4 headers say it: no ffprobe needed
+        info = duration_of(path) if known is None else None
     except Exception as exc:  # one unreadable file does not stop the others' pre-flight
         return MediaPlan(path, None, converts, False, 0, 0, f"cannot probe: {exc}")
-    duration = getattr(info, "duration_s", None)
+    duration = known if known is not None else getattr(info, "duration_s", None)
     if duration is None:
         reason = getattr(info, "reason", "no duration")
         return MediaPlan(path, None, converts, False, 0, 0, f"cannot probe: {reason}")

@@ -504,6 +504,8 @@ def test_openapi_lists_the_endpoints(client: httpx.Client) -> None:
         ("/v1/reservations/{rid}", "delete"),
         ("/v1/reservations/{rid}/renew", "post"),
         ("/v1/reservations/{rid}/grow", "post"),
+        ("/v1/estimate", "post"),
+        ("/v1/guard", "post"),
         ("/v1/status", "get"),
         ("/v1/sweep", "post"),
         ("/v1/events", "get"),
@@ -517,6 +519,46 @@ def test_openapi_lists_the_endpoints(client: httpx.Client) -> None:
     assert {"ReservationOut", "RefusalOut", "ErrorOut"} <= set(schema["components"]["schemas"])
     refusal = schema["components"]["schemas"]["RefusalOut"]["properties"]
     assert set(refusal) >= REFUSAL_KEYS
+
+
+# -- estimate -------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="ffmpeg not installed")
+def test_estimate_gives_each_outputs_bytes_and_tree_or_why_not(
+    api: tuple[DaemonSetup, Daemon], client: httpx.Client
+) -> None:
+    setup, _ = api
+    wav = setup.tree / "est.wav"
+    subprocess.run(
+        ["ffmpeg", "-loglevel", "error", "-y", "-f", "lavfi", "-i", "sine=duration=3", "-ac",
+         "1", "-ar", "16000", str(wav)],
+        check=True,
+    )  # fmt: skip
+    pcm = ["-f", "f32le", "-acodec", "pcm_f32le", "-ar", "16000", "-ac", "1"]
+    try:
+        r = client.post("/v1/estimate", json={
+            "args": ["-y", "-ss", "0.5", "-to", "2.5", "-i", "est.wav", *pcm, "../scratch/o.pcm",
+                     "-y", "-i", str(wav), *pcm, "/elsewhere/whole.pcm"],
+            "cwd": str(setup.tree),
+        })  # fmt: skip
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["estimable"] is True
+        first, second = body["outputs"]
+        assert first["path"] == str(setup.mount / "scratch" / "o.pcm")
+        assert (first["bytes"], first["tree"], first["in_tree"]) == (2 * 64_000, "scratch", True)
+        assert second["bytes"] == 3 * 64_000 and second["tree"] is None  # not on our volume
+        assert body["total_bytes"] == 5 * 64_000
+        r = client.post("/v1/estimate", json={"args": ["-i", str(wav), "-c:a", "aac", "o.m4a"],
+                                               "cwd": "/tmp"})  # fmt: skip
+        assert r.status_code == 200 and r.json()["estimable"] is False, r.text
+        assert "aac" in r.json()["reason"]
+        r = client.post("/v1/estimate", json={"args": ["-i", "est.wav", *pcm, "o.pcm"]})
+        assert_json_error(r, 422)
+        assert "give cwd" in r.json()["message"]
+    finally:
+        wav.unlink()
 
 
 # -- metrics --------------------------------------------------------------------------------------

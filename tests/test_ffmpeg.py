@@ -269,3 +269,50 @@ def test_a_corrupt_cache_entry_is_ignored_and_rewritten(
 def test_an_unreadable_input_is_not_estimable(tmp_path: Path) -> None:
     probe = ffmpeg.Probe(None, ffprobe=FFPROBE or "/bin/false")
     assert isinstance(probe.duration_of(str(tmp_path / "absent.wav")), ffmpeg.NotEstimable)
+
+
+# -- durations from container headers (the pre-flight's fast path) -------------------------------
+
+
+def _ffprobe_duration(path: Path) -> float:
+    assert FFPROBE is not None
+    out = subprocess.run(
+        [FFPROBE, "-v", "error", "-show_entries", "format=duration", "-of", "csv=p=0", str(path)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return float(out.stdout)
+
+
+@needs_ffmpeg
+@pytest.mark.parametrize(
+    ("name", "extra"),
+    [
+        ("a.m4a", ["-c:a", "aac"]),
+        ("a.mp4", ["-c:a", "aac", "-movflags", "+faststart"]),  # moov before mdat
+        ("a.mov", ["-c:a", "aac"]),
+        ("a.wav", ["-ar", "16000", "-ac", "1"]),
+        ("b.wav", ["-c:a", "pcm_f32le"]),
+    ],
+)
+def test_container_duration_agrees_with_ffprobe(
+    media: Callable[..., Path], name: str, extra: list[str]
+) -> None:
+    path = media(name, 61.7, *extra)
+    got = ffmpeg.container_duration(str(path))
+    assert got is not None
+    assert abs(got - _ffprobe_duration(path)) <= 0.01 * 61.7, (got, _ffprobe_duration(path))
+
+
+@needs_ffmpeg
+def test_container_duration_says_none_when_the_header_does_not_say(
+    media: Callable[..., Path], tmp_path: Path
+) -> None:
+    frag = media("f.mp4", 5, "-c:a", "aac", "-movflags", "frag_keyframe+empty_moov")
+    assert ffmpeg.container_duration(str(frag)) is None  # fragmented: ffprobe must read it
+    assert ffmpeg.container_duration(str(media("a.mp3", 5))) is None  # not a container we read
+    whole = media("t.m4a", 5, "-c:a", "aac").read_bytes()
+    (tmp_path / "cut.m4a").write_bytes(whole[: len(whole) // 3])  # moov at the end, cut off
+    assert ffmpeg.container_duration(str(tmp_path / "cut.m4a")) is None
+    (tmp_path / "junk.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk")
+    assert ffmpeg.container_duration(str(tmp_path / "junk.wav")) is None
+    assert ffmpeg.container_duration(str(tmp_path / "missing.wav")) is None

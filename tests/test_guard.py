@@ -782,3 +782,34 @@ def _no_stray_ffmpeg() -> Iterator[None]:
         if proc.info["name"] == "ffmpeg" and proc.info["ppid"] == 1:
             proc.kill()
             pytest.fail(f"an ffmpeg outlived its test: pid {proc.pid}")
+
+
+# -- doctor ---------------------------------------------------------------------------------------
+
+
+def test_doctor_says_whether_a_running_batchalign3_server_has_the_guard_first(
+    run_cli: Cli, guard: Path, tmp_path: Path
+) -> None:
+    def guard_checks(path: str) -> list[dict[str, Any]]:
+        # a stand-in server: a process named batchalign3 with that PATH in its environment
+        server = subprocess.Popen(
+            ["bash", "-c", "exec -a batchalign3 sleep 60"], env={**os.environ, "PATH": path}
+        )
+        try:
+            eventually(
+                lambda: psutil.Process(server.pid).cmdline()[:1] == ["batchalign3"],
+                what="the stand-in server",
+            )
+            done = run_cli("doctor", "--json")
+        finally:
+            server.kill()
+            server.wait()
+        checks: list[dict[str, Any]] = json.loads(done.stdout)
+        return [c for c in checks if c["name"] == "guard" and str(server.pid) in c["message"]]
+
+    without = guard_checks(os.environ["PATH"])
+    assert [c["verdict"] for c in without] == ["fail"], without
+    assert "not the guard" in without[0]["message"] and "shim install" in without[0]["fix"]
+    guarded = guard_checks(f"{guard.parent}{os.pathsep}{os.environ['PATH']}")
+    assert [c["verdict"] for c in guarded] == ["ok"], guarded
+    assert str(guard) in guarded[0]["message"]

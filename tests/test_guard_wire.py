@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from janitor.guard import _dumps, _loads
 
-text = st.text(st.characters(exclude_categories=("Cs",)))
+text = st.text(st.characters(exclude_categories=["Cs"]))
 values: st.SearchStrategy[Any] = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
     | text,
