@@ -653,6 +653,7 @@ class _Deleter:
         plan: TreePlan,
         open_set: frozenset[tuple[int, int]],
         pinned: Callable[[], frozenset[str]],
+        opened: Callable[[], frozenset[tuple[int, int]]] | None = None,
     ) -> None:
         self.plan = plan
         self.root = plan.root
@@ -661,6 +662,9 @@ class _Deleter:
         self.pinned = pinned
         self.uid = os.geteuid()
         self.leases = inuse._lease_ok
+        # Without write leases (macOS, JANITOR_PORTABLE) the kernel cannot be asked per file:
+        # the open-file list is taken again while deleting (see _open_now), not only at planning.
+        self.opened = None if self.leases else opened
         self.root_fd = os.open(plan.root, _DIR_FLAGS)
         st = os.fstat(self.root_fd)
         if (st.st_dev, st.st_ino) != (plan.device, plan.root_ino):
@@ -769,7 +773,7 @@ class _Deleter:
         same inode, size and mtime, ours, and open in no other process (a write lease, held
         until the fd is closed; where leases do not work, the open-file list from before)."""
         try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+            fd = _open_held(name, dir_fd)
         except FileNotFoundError:
             raise _Skip("gone since the scan") from None
         except OSError as exc:
@@ -783,7 +787,7 @@ class _Deleter:
             self._same(st, e)
             self._alone(fd, st)
         except BaseException:
-            os.close(fd)
+            _close_held(fd)
             raise
         return fd
 
@@ -796,8 +800,11 @@ class _Deleter:
             except OSError as exc:
                 if exc.errno in (errno.EAGAIN, errno.EBUSY):
                     raise _Skip("open in another process") from None
-        if (st.st_dev, st.st_ino) in self.open_set:
+        if self._is_open((st.st_dev, st.st_ino)):
             raise _Skip("open in another process")
+
+    def _is_open(self, key: tuple[int, int]) -> bool:
+        return key in self.open_set or (self.opened is not None and key in self.opened())
 
     def _unlink_file(self, dir_fd: int, name: str, e: Entry) -> None:
         """Remove one non-folder entry after the last checks."""
@@ -809,7 +816,7 @@ class _Deleter:
             return
         # _hold, then unlink, in one: the common case of a sweep, once per file.
         try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+            fd = _open_held(name, dir_fd)
         except FileNotFoundError:
             raise _Skip("gone since the scan") from None
         except OSError as exc:
@@ -827,7 +834,7 @@ class _Deleter:
             self._alone(fd, st)
             os.unlink(name, dir_fd=dir_fd)  # under the lease: a late opener waits, then misses
         finally:
-            os.close(fd)  # ends the lease
+            _close_held(fd)  # ends the lease
 
     # -- units ---------------------------------------------------------------------------------
 
@@ -902,7 +909,7 @@ class _Deleter:
         finally:
             for _name, _e, fd in held:
                 if fd is not None:
-                    os.close(fd)
+                    _close_held(fd)
             if lock_fd is not None:
                 os.close(lock_fd)  # drops our flock: a waiting converter goes on
 
@@ -976,11 +983,11 @@ class _Deleter:
                         raise _Skip("replaced since the scan")
                     todo.append(_names(self._enter(chain, name, e)))
                     where = crel
-                elif (e.dev, e.ino) in self.open_set:
+                elif self._is_open((e.dev, e.ino)):
                     raise _Skip("open in another process")
                 elif stat.S_ISREG(e.mode):
                     # Ask the kernel now, before anything of the unit is removed.
-                    os.close(self._hold(fd, name, e))
+                    _close_held(self._hold(fd, name, e))
                 else:
                     self._verify(fd, name, e)
         finally:
@@ -1166,8 +1173,9 @@ def _apply_tree(
 ) -> list[Outcome]:
     """Delete one tree's units (in plan order, or by a few threads once the first ones show
     that the deletes mostly wait on the disk), logging each removal in plan order."""
+    opened = _open_now(tree.device)
     try:
-        deleter = _Deleter(tree, open_set, pinned)
+        deleter = _Deleter(tree, open_set, pinned, opened)
     except (_Skip, OSError) as exc:
         why = str(exc) if isinstance(exc, _Skip) else _why(exc, "tree root")
         return [Outcome(i, False, 0, 0, why) for i in items]
@@ -1208,7 +1216,7 @@ def _apply_tree(
 
             def work() -> None:
                 try:
-                    other = _Deleter(tree, open_set, lambda: pins[0])
+                    other = _Deleter(tree, open_set, lambda: pins[0], opened)
                 except (_Skip, OSError) as exc:
                     why = str(exc) if isinstance(exc, _Skip) else _why(exc, "tree root")
                     while (start := next(chunks, None)) is not None:
@@ -1255,6 +1263,40 @@ def _apply_tree(
     if errors:
         raise errors[0]
     return [o for o in results if o is not None]
+
+
+def _open_held(name: str, dir_fd: int) -> int:
+    """Open a file to check and unlink it; its fd is not counted as "open in another process"."""
+    fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    inuse.DELETER_FDS.add(fd)
+    return fd
+
+
+def _close_held(fd: int) -> None:
+    inuse.DELETER_FDS.discard(fd)
+    os.close(fd)
+
+
+#: Where the kernel cannot be asked per file, how old the open-file list checked right before a
+#: delete may be: one list costs tens of ms (every process's open files), so a long sweep
+#: takes it again at most this often, and a short one takes it once, after planning.
+_OPEN_REFRESH_S = 0.5
+
+
+def _open_now(device: int) -> Callable[[], frozenset[tuple[int, int]]]:
+    """The files open on ``device`` now, taken at the first call and again when older than
+    ``_OPEN_REFRESH_S`` (thread-safe enough: a race only takes the list twice)."""
+    cache: list[tuple[float, frozenset[tuple[int, int]]]] = []
+
+    def opened() -> frozenset[tuple[int, int]]:
+        now = time.monotonic()
+        if cache and now - cache[0][0] < _OPEN_REFRESH_S:
+            return cache[0][1]
+        found = inuse.open_inodes({device})
+        cache[:] = [(time.monotonic(), found)]
+        return found
+
+    return opened
 
 
 def apply(

@@ -122,6 +122,11 @@ def locked_inodes() -> frozenset[int] | None:
     return frozenset(found)
 
 
+#: Descriptors the deleter itself holds open right now (to check and unlink a file): they are
+#: left out of this process's open files, or every file would look in use while it is checked.
+DELETER_FDS: set[int] = set()
+
+
 def open_inodes(devices: set[int] | None = None) -> frozenset[tuple[int, int]]:
     """``(dev, ino)`` of every file some process has open or mapped, on ``devices`` if given."""
     if LINUX and os.path.isdir("/proc/self/fd"):
@@ -137,12 +142,15 @@ def _proc_inodes(devices: set[int] | None) -> frozenset[tuple[int, int]]:
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
         return frozenset()
+    me = str(os.getpid())
     for pid in pids:
         base = f"/proc/{pid}"
         try:
             fds = os.listdir(f"{base}/fd")
         except OSError:
             fds = []
+        if pid == me:
+            fds = [fd for fd in fds if int(fd) not in DELETER_FDS]
         for fd in fds:
             try:
                 st = os.stat(f"{base}/fd/{fd}")
@@ -174,9 +182,13 @@ def _psutil_inodes(devices: set[int] | None) -> frozenset[tuple[int, int]]:
     import psutil
 
     found: set[tuple[int, int]] = set()
+    me = os.getpid()
     for proc in psutil.process_iter():
         try:
-            paths = [f.path for f in proc.open_files()]
+            files = proc.open_files()
+            if proc.pid == me:
+                files = [f for f in files if f.fd not in DELETER_FDS]
+            paths = [f.path for f in files]
             paths += [m.path for m in proc.memory_maps(grouped=True) if m.path.startswith("/")]
         except (psutil.Error, OSError):
             continue
