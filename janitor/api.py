@@ -364,8 +364,8 @@ class _Calls:
             )
         if req.cwd is None:
             inv = ffmpeg.parse(req.args)
-            paths = [*ffmpeg.input_files(inv), *(o.url for o in inv.outputs)]
-            relative = [p for p in paths if p != "-" and ":" not in p and not os.path.isabs(p)]
+            paths = [*ffmpeg.input_files(inv), *(ffmpeg.local_path(o.url) for o in inv.outputs)]
+            relative = [p for p in paths if p is not None and not os.path.isabs(p)]
             if relative:
                 return 422, _dumps(
                     {"error": "bad_request", "message": f"{relative[0]!r} is relative: give cwd"}

@@ -665,6 +665,7 @@ class _Deleter:
         # Without write leases (macOS, JANITOR_PORTABLE) the kernel cannot be asked per file:
         # the open-file list is taken again while deleting (see _open_now), not only at planning.
         self.opened = None if self.leases else opened
+        self._fallback = opened  # where a lease is not possible on this filesystem (NFS, FUSE)
         self.root_fd = os.open(plan.root, _DIR_FLAGS)
         st = os.fstat(self.root_fd)
         if (st.st_dev, st.st_ino) != (plan.device, plan.root_ino):
@@ -800,6 +801,9 @@ class _Deleter:
             except OSError as exc:
                 if exc.errno in (errno.EAGAIN, errno.EBUSY):
                     raise _Skip("open in another process") from None
+            # no lease here: what the open-file list says now, not only at planning
+            if self._fallback is not None and (st.st_dev, st.st_ino) in self._fallback():
+                raise _Skip("open in another process")
         if self._is_open((st.st_dev, st.st_ino)):
             raise _Skip("open in another process")
 

@@ -64,6 +64,7 @@ __all__ = [
     "estimate",
     "estimate_command",
     "input_files",
+    "local_path",
     "parse",
     "parse_time",
     "parse_time_us",
@@ -683,6 +684,13 @@ def _split_url(url: str) -> str | NotEstimable:
     return url
 
 
+def local_path(url: str) -> str | None:
+    """The file an input or output URL names (``file:`` stripped), None for pipes and other
+    protocols."""
+    path = _split_url(url)
+    return None if isinstance(path, NotEstimable) else path
+
+
 def input_files(inv: Invocation) -> list[str]:
     """The local files ``inv`` reads (``-i`` arguments that are not pipes or protocols)."""
     paths = []
@@ -763,7 +771,8 @@ def _wav_duration(f: BinaryIO) -> float | None:
             return None
         size = int.from_bytes(chunk[4:8], "little")
         if chunk[:4] == b"fmt ":
-            fmt = f.read(size + (size & 1))
+            fmt = f.read(min(size, 64))  # a corrupt size must not make us read the file
+            f.seek(size + (size & 1) - len(fmt), 1)
             byte_rate = int.from_bytes(fmt[8:12], "little")
         elif chunk[:4] == b"data":
             if not byte_rate or size in (0, 0xFFFFFFFF):

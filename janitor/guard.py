@@ -120,12 +120,17 @@ class _Daemon:
     """
 
     def __init__(self, path: str, timeout: float = 120.0) -> None:
+        self.path = path
+        self.timeout = timeout
+        self._connect()
+
+    def _connect(self) -> None:
         import _socket
 
         self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
+        self.sock.settimeout(self.timeout)
         try:
-            self.sock.connect(path)
+            self.sock.connect(self.path)
         except OSError:
             self.sock.close()
             raise
@@ -143,10 +148,18 @@ class _Daemon:
         self._unread += 1
 
     def call(self, method: str, url: str, body: Any = None) -> tuple[int, Any]:
-        self.send(method, url, body)
-        while self._unread > 1:
-            self._response()
-        status, payload = self._response()
+        try:
+            self.send(method, url, body)
+            while self._unread > 1:
+                self._response()
+            status, payload = self._response()
+        except OSError:
+            # The daemon closes an idle connection (keep-alive ends) while a long ffmpeg runs:
+            # ask again on a new one. Only reads and idempotent ends come this late.
+            self.close()
+            self._connect()
+            self.send(method, url, body)
+            status, payload = self._response()
         return status, _loads(payload) if payload else None
 
     def _response(self) -> tuple[int, bytes]:
@@ -182,8 +195,12 @@ def _dumps(obj: Any) -> str:
         return "null"
     if obj is True or obj is False:
         return "true" if obj else "false"
-    if isinstance(obj, int | float):
-        return repr(obj)
+    if isinstance(obj, int):
+        return int.__repr__(obj)
+    if isinstance(obj, float):
+        if obj != obj or obj in (float("inf"), float("-inf")):
+            raise ValueError(f"{obj!r} is not a JSON number")
+        return float.__repr__(obj)
     if isinstance(obj, str):
         out = []
         for ch in obj:
@@ -273,8 +290,9 @@ def _value(text: str, i: int) -> tuple[Any, int]:
                 i = j + 6
                 if 0xD800 <= code < 0xDC00 and text[i : i + 2] == "\\u":
                     low = int(text[i + 2 : i + 6], 16)
-                    code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
-                    i += 6
+                    if 0xDC00 <= low < 0xE000:
+                        code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                        i += 6
                 out.append(chr(code))
             else:
                 out.append(_ESCAPES[esc])

@@ -100,6 +100,12 @@ class Settings(BaseSettings):
     sample_interval_s: float = Field(
         default=2.0, gt=0, description="Daemon: how often each volume's free space is sampled."
     )
+    sample_interval_low_s: float = Field(
+        default=0.25,
+        gt=0,
+        description="Daemon: how often free space is sampled while a volume is below free_low "
+        "(an outside writer can cross the floor and reach zero within one normal interval).",
+    )
     sweep_interval_s: float = Field(default=300.0, gt=0, description="Daemon: full sweeps.")
     reap_interval_s: float = Field(
         default=10.0, gt=0, description="Daemon: ending reservations and pins of dead owners."

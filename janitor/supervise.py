@@ -22,6 +22,7 @@ have been given to another process.
 
 from __future__ import annotations
 
+import errno
 import os
 
 try:  # the C module: ``signal`` builds its enums at import, 8 ms on every guarded ffmpeg call
@@ -147,7 +148,7 @@ class Supervised:
         self._sentinel: int | None = None
         try:
             self._sentinel = _spawn_sentinel(read_end, target)
-        except OSError:
+        except Exception:
             pass  # no /bin/sh: Linux still has pdeathsig; say nothing more here
         finally:
             os.close(read_end)
@@ -162,8 +163,18 @@ class Supervised:
         prctl = _prctl()
         parent = os.getpid()
         group = not self.foreground
+        for arg in (exe, *argv, *env, *env.values()):  # what execve would refuse in the child
+            if "\0" in arg:
+                raise ValueError(f"embedded null byte in {arg!r}")
+        if any(not k or "=" in k for k in env):
+            raise ValueError("an environment variable name is empty or holds '='")
         errors_r, errors_w = os.pipe()  # close-on-exec: EOF means the exec went through
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except BaseException:
+            os.close(errors_r)
+            os.close(errors_w)
+            raise
         if pid == 0:  # pragma: no cover - the child, measured through its behaviour
             try:
                 os.close(errors_r)
@@ -181,12 +192,18 @@ class Supervised:
                         signal.signal(sig, signal.SIG_DFL)
                 os.execve(exe, argv, env)
             except OSError as exc:
-                os.write(errors_w, str(exc.errno or 0).encode())
+                os.write(errors_w, str(exc.errno or errno.EINVAL).encode())
+            except BaseException:
+                os.write(errors_w, str(errno.EINVAL).encode())
             finally:
                 os._exit(127)
         os.close(errors_w)
         try:
             failed = os.read(errors_r, 32)
+        except BaseException:  # interrupted: the child must not run unwatched
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
         finally:
             os.close(errors_r)
         if group:
@@ -232,7 +249,7 @@ class Supervised:
             pass
         os.close(word)
         if self._sentinel is not None:
-            _reap(self._sentinel)  # it exits as soon as it reads the word
+            _reap(self._sentinel, timeout=5.0)  # it exits as soon as it reads the word
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The command's exit code once it ended (negative: killed by that signal), else None
@@ -269,13 +286,24 @@ class Supervised:
         return code
 
 
-def _reap(pid: int) -> int:
-    """Wait for ``pid`` and return its exit code, negative for a signal (as Popen does)."""
+def _reap(pid: int, timeout: float | None = None) -> int | None:
+    """Wait for ``pid`` and return its exit code, negative for a signal (as Popen does); None
+    if it still runs after ``timeout`` seconds (left to init once we exit)."""
+    import time
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.0005
     while True:
         try:
-            _, status = os.waitpid(pid, 0)
+            done, status = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
         except ChildProcessError:
             return 0
+        if done == 0:
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+            continue
         if os.WIFSTOPPED(status):
             continue
         return os.waitstatus_to_exitcode(status)
@@ -291,7 +319,8 @@ def _spawn_sentinel(read_end: int, target: str) -> int:
         (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
     ]
     try:
-        return os.posix_spawn(args[0], args, os.environ, file_actions=actions, setsid=True)
+        env = {"PATH": "/usr/bin:/bin"}  # sh needs nothing of ours (and no odd names in it)
+        return os.posix_spawn(args[0], args, env, file_actions=actions, setsid=True)
     except NotImplementedError:  # no POSIX_SPAWN_SETSID here: fork
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child

@@ -25,6 +25,7 @@ from janitor import Janitor, SpaceRisk
 
 from ._daemon_helpers import (
     Daemon,
+    DaemonSetup,
     MiB,
     daemon_setup,
     eventually,
@@ -332,6 +333,33 @@ def test_a_volume_below_free_low_is_relieved_by_pressure_eviction(tmp_path: Path
             assert left == sorted(left) and not left[0] and left[-1], left
             assert (setup.mount / "filler").exists()  # never outside a tree
             assert free_of(setup.mount) >= free_low
+
+
+def test_a_low_volume_is_sampled_often_then_calmly_again(tmp_path: Path) -> None:
+    def samples_in(setup: DaemonSetup, seconds: float) -> int:
+        con = sqlite3.connect(f"file:{setup.ledger}?mode=ro", uri=True)
+        try:
+            since = time.time() - seconds
+            row = con.execute("SELECT count(*) FROM samples WHERE ts >= ?", (since,)).fetchone()
+            return int(row[0])
+        finally:
+            con.close()
+
+    with daemon_setup(
+        tmp_path,
+        volume={"floor": "4MiB", "free_low": "12MiB"},
+        settings={"JANITOR_SAMPLE_INTERVAL_S": "3", "JANITOR_SAMPLE_INTERVAL_LOW_S": "0.2"},
+    ) as setup, running_daemon(setup):
+        time.sleep(3.5)
+        assert samples_in(setup, 3.0) <= 2  # calm: one every 3 s
+        filler = write_bytes(setup.mount / "filler", free_of(setup.mount) - 10 * MiB)
+        eventually(lambda: "sampling every 0.2s" in setup.log_file.read_text(), timeout=10,
+                   what="fast sampling")  # fmt: skip
+        time.sleep(2.0)
+        assert samples_in(setup, 2.0) >= 6  # about ten in two seconds
+        filler.unlink()
+        eventually(lambda: "sampling every 3s" in setup.log_file.read_text(), timeout=15,
+                   what="calm sampling again")  # fmt: skip
 
 
 def test_reservations_of_dead_owners_are_reaped(tmp_path: Path) -> None:

@@ -813,3 +813,31 @@ def test_doctor_says_whether_a_running_batchalign3_server_has_the_guard_first(
     guarded = guard_checks(f"{guard.parent}{os.pathsep}{os.environ['PATH']}")
     assert [c["verdict"] for c in guarded] == ["ok"], guarded
     assert str(guard) in guarded[0]["message"]
+
+
+# -- janitor run passes signals on and exits with the command's code ----------------------------
+
+
+def test_run_exits_with_the_commands_code_and_passes_signals_on(
+    run_cli: Cli, pipeline: Callable[..., Pipeline]
+) -> None:
+    pipeline("16m")
+    assert run_cli("run", "--", "sh", "-c", "exit 3").returncode == 3
+    ready = Path(os.environ["TMPDIR"]) / "ready"
+    run = subprocess.Popen(
+        [str(JANITOR_BIN), "run", "--", "sh", "-c",
+         f'trap "exit 42" TERM; touch "{ready}"; while :; do sleep 0.1; done'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        eventually(ready.exists, timeout=30, what="the command to start")
+        run.send_signal(signal.SIGTERM)
+        run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 42
+    missing = run_cli("run", "--", "no-such-command-here")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert "not found on PATH" in missing.stderr
