@@ -277,15 +277,16 @@ class Janitor:
         decision: RiskDecision = self.ledger.call(lambda conn: assess_risk(conn, self.policy, tree))
         return decision
 
-    def relieve(self, device: int) -> RiskDecision | None:
+    def relieve(self, device: int, *, evict: bool = True) -> RiskDecision | None:
         """A volume below its floor: evict caches on it first, then put at risk only the
         reservations still needed to cover what is missing (kubelet's order for node pressure:
-        reclaim what can be rebuilt before stopping work)."""
+        reclaim what can be rebuilt before stopping work). ``evict=False`` only decides (the
+        daemon between two evictions, while it samples a low volume often)."""
         tree = tree_on(self.policy, device)
         if tree is None:
             return None
         _, _, free, floor = measure(self.policy, tree)
-        if free < floor:
+        if free < floor and evict:
             from janitor.sweep import make_room
 
             def deficit() -> int:

@@ -90,6 +90,8 @@ class Daemon:
         self._server: Any = None
         self._server_thread: threading.Thread | None = None
         self._trackers: dict[int, LevelTracker] = {}
+        self._evicted_at: dict[int, float] = {}  # monotonic time of the last relief eviction
+        self._sample_every = settings.sample_interval_s
         self._ballast: dict[int, Ballast] = {}
         self._dirty: set[str] = set()
         self._pressure: set[int] = set()
@@ -472,7 +474,7 @@ class Daemon:
         s = self.settings
         want = min(s.sample_interval_low_s, s.sample_interval_s) if low else s.sample_interval_s
         sched = getattr(self, "_scheduler", None)
-        if sched is None or want == getattr(self, "_sample_every", s.sample_interval_s):
+        if sched is None or want == self._sample_every:
             return
         self._sample_every = want
         sched.reschedule_job("sample", trigger="interval", seconds=want)
@@ -480,8 +482,17 @@ class Daemon:
 
     def _decide_risk(self, device: int, vs: VolumeState) -> None:
         """Below the floor: evict caches, then mark the fewest reservations that must stop;
-        above it: clear the marks. Janitor.relieve decides, as a worker's check() would."""
-        decision = self.janitor.relieve(device)
+        above it: clear the marks. Janitor.relieve decides, as a worker's check() would.
+
+        Eviction runs at most every ``sample_interval_s`` per volume (it walks the caches under
+        their locks, which a refused reservation's make-room also needs); the marks follow
+        every sample, so a job hears it is at risk within ``sample_interval_low_s``."""
+        now = time.monotonic()
+        evicted = self._evicted_at.get(device, 0.0)
+        evict = now - evicted >= self.settings.sample_interval_s * 0.9
+        if evict:
+            self._evicted_at[device] = now
+        decision = self.janitor.relieve(device, evict=evict)
         if decision is None:
             return
         vs.free = decision.free
