@@ -363,7 +363,12 @@ def convert(
                 os.close(fd)
             if result["outcome"] == "completed":
                 fcntl.flock(lock, fcntl.LOCK_UN)  # the pipeline unlocks, then renames
-                os.rename(tmp, wav)
+                try:
+                    os.rename(tmp, wav)
+                except FileNotFoundError:
+                    # The pipeline's own race: a converter that locked in the moment between
+                    # our unlock and rename wrote the same tmp and renamed it first. Not ours.
+                    rec.write(ev="replaced", job=job, t=time.time(), wav=wav)
             else:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)

@@ -91,6 +91,7 @@ class Daemon:
         self._server_thread: threading.Thread | None = None
         self._trackers: dict[int, LevelTracker] = {}
         self._evicted_at: dict[int, float] = {}  # monotonic time of the last relief eviction
+        self._pressed_at: dict[int, float] = {}  # ... and of the last pressure sweep asked for
         self._sample_every = settings.sample_interval_s
         self._ballast: dict[int, Ballast] = {}
         self._dirty: set[str] = set()
@@ -453,7 +454,7 @@ class Daemon:
             # return. Stopping jobs never waits for a level to catch up.
             vs.level, vs.reason = reading.level, reading.reason
             vs.alert_level = tracker.level
-            if reading.level != "ok" and vs.free < vs.free_low:
+            if reading.level != "ok" and vs.free < vs.free_low and self._due(device):
                 with self._dirty_cond:
                     self._pressure.add(device)
                     self._dirty_cond.notify()
@@ -466,6 +467,16 @@ class Daemon:
             self.state.volumes = readings
         self.tail_log()
         self.write_status()
+
+    def _due(self, device: int) -> bool:
+        """True at most every ``sample_interval_s`` per volume: a pressure sweep walks the caches
+        under their locks, which a refused reservation's make-room needs too, so sampling a low
+        volume more often must not sweep it more often."""
+        now = time.monotonic()
+        if now - self._pressed_at.get(device, -1e9) < self.settings.sample_interval_s * 0.9:
+            return False
+        self._pressed_at[device] = now
+        return True
 
     def _pace_sampling(self, low: bool) -> None:
         """Sample every ``sample_interval_low_s`` while some volume is below free_low, else every
