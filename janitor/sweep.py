@@ -164,11 +164,43 @@ def _held_locks(scanned: Scanned) -> frozenset[str]:
     return frozenset(held)
 
 
-def _protection(ledger: Ledger, scanned: Scanned, devices: set[int], now: float) -> Protection:
+def _protection(
+    ledger: Ledger,
+    scanned: Scanned,
+    devices: set[int],
+    now: float,
+    opened: frozenset[tuple[int, int]] | None = None,
+) -> Protection:
+    """What a plan must leave alone. ``opened``: the open-file list if taken already (before
+    the tree locks: it is the slow part, and every file is asked again right before its
+    delete, by a lease or a fresh list, so taking it early loses nothing)."""
     with ledger.read() as conn:
         pins = frozenset(p.path for p in live_pins(conn, now=now))
         reserved = frozenset(r.path for r in live_reservations(conn, now=now) if r.path is not None)
-    return Protection(pins, reserved, _held_locks(scanned), open_inodes(devices))
+    if opened is None:
+        opened = open_inodes(devices)
+    return Protection(pins, reserved, _held_locks(scanned), opened)
+
+
+def _holds_entries(tree: TreePolicy) -> bool:
+    """A glance at a tree's top folder: anything there but lock files?"""
+    try:
+        with os.scandir(tree.path) as it:
+            return any(not e.name.endswith(".lock") for e in it)
+    except OSError:
+        return False
+
+
+def _devices_of(trees: Sequence[TreePolicy]) -> set[int]:
+    from janitor.space import device_of
+
+    found = set()
+    for t in trees:
+        try:
+            found.add(device_of(t.path))
+        except OSError:
+            continue
+    return found
 
 
 def _scan_trees(
@@ -199,13 +231,17 @@ def run_sweep(
     """Bring one tree (or all) within policy: quotas, ages, orphans, then volume pressure."""
     trees = [policy.tree(tree)] if tree is not None else list(policy.trees.values())
     prepare_leases()
+    early = _devices_of(trees)
+    opened = open_inodes(early)  # before the locks: see _protection
     with tree_locks(state_dir, [t.name for t in trees]):
         now = time.time()
         if not dry_run:
             ledger.call(lambda conn: (reap(conn, now), reap_pins(conn, now)))
         scanned = _scan_trees(ledger, trees, progress)
         devices = {s.device for s, _, _ in scanned if s.exists}
-        protection = _protection(ledger, scanned, devices, now)
+        protection = _protection(
+            ledger, scanned, devices, now, opened if devices <= early else None
+        )
         plan = Plan((), ())
         totals: dict[int, int] = {}
         for snap, units, tp in scanned:
@@ -264,6 +300,9 @@ def make_room(
     if not trees:
         return None
     prepare_leases()
+    # The open-file list before the locks (see _protection), when there may be something to
+    # evict: a cache holding only lock files is not worth the walk over every process.
+    opened = open_inodes({device}) if any(_holds_entries(t) for t in trees) else None
     with tree_locks(state_dir, [t.name for t in trees]):
         need = shortfall()
         if need <= 0:
@@ -271,10 +310,8 @@ def make_room(
         now = time.time()
         scanned = [s for s in _scan_trees(ledger, trees, None) if s[0].exists]
         if not any(len(units) > len(units.lock_only()) for _, units, _ in scanned):
-            # Nothing to evict (lock files of evicted entries free nothing): skip the walk over
-            # every process's open files.
-            return None
-        protection = _protection(ledger, scanned, {device}, now)
+            return None  # nothing to evict (lock files of evicted entries free nothing)
+        protection = _protection(ledger, scanned, {device}, now, opened)
         plan = plan_pressure(scanned, need, protection=protection, now=now, reason=reason)
         if not plan.items:
             return None
