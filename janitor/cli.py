@@ -748,6 +748,11 @@ def _render_preflight(pre: Any) -> None:
             "; ".join(v.what),
         )
     console.print(table)
+    if todo and not pre.knows_cache:
+        console.print(
+            "[yellow]blake3 is not installed: inputs already in the media cache are counted as "
+            "still to convert (pip install 'space-janitor[batchalign]')[/]"
+        )
     for f in files:
         if f.error:
             console.print(f"[yellow]skipped {f.media}: {f.error}[/]")

@@ -345,11 +345,14 @@ def test_a_low_volume_is_sampled_often_then_calmly_again(tmp_path: Path) -> None
         finally:
             con.close()
 
-    with daemon_setup(
-        tmp_path,
-        volume={"floor": "4MiB", "free_low": "12MiB"},
-        settings={"JANITOR_SAMPLE_INTERVAL_S": "3", "JANITOR_SAMPLE_INTERVAL_LOW_S": "0.2"},
-    ) as setup, running_daemon(setup):
+    with (
+        daemon_setup(
+            tmp_path,
+            volume={"floor": "4MiB", "free_low": "12MiB"},
+            settings={"JANITOR_SAMPLE_INTERVAL_S": "3", "JANITOR_SAMPLE_INTERVAL_LOW_S": "0.2"},
+        ) as setup,
+        running_daemon(setup),
+    ):
         time.sleep(3.5)
         assert samples_in(setup, 3.0) <= 2  # calm: one every 3 s
         filler = write_bytes(setup.mount / "filler", free_of(setup.mount) - 10 * MiB)
