@@ -27,6 +27,7 @@ import pytest
 
 from ._daemon_helpers import daemon_setup, eventually, running_daemon
 from .conftest import JANITOR_BIN, MiB, fill_file, free_of
+from .test_e2e_ffmpeg import FreeSampler
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -172,29 +173,6 @@ def report_of(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-class FreeSampler:
-    """A thread reading ``statvfs`` every ~2 ms; remembers the least free space seen."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.min_free = free_of(path)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.min_free = min(self.min_free, free_of(self.path))
-            time.sleep(0.002)
-
-    def __enter__(self) -> FreeSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-
 # -- (a) a job that fits ------------------------------------------------------------------------
 
 
@@ -317,7 +295,7 @@ def test_without_require_fit_the_first_write_that_cannot_fit_fails_above_the_flo
 ) -> None:
     p = pipeline("16m", floor="4MiB")
     src = m4a(150)
-    with FreeSampler(p.mount) as sampler:
+    with FreeSampler(p.mount, interval=0.002) as sampler:
         done = run_cli(
             "run", "--", *p.sim("--groups", "2", "--group-s", "5", "--whole", src), timeout=180
         )
@@ -350,7 +328,7 @@ def test_an_outside_writer_makes_the_guard_stop_ffmpeg_above_zero(
         text=True,
     )
     try:
-        with FreeSampler(p.mount) as sampler:
+        with FreeSampler(p.mount, interval=0.002) as sampler:
             pcm = eventually(
                 lambda: list(p.tmp.glob(".tmp*/asr_v2/audio/*.pcm")),
                 timeout=60,
