@@ -88,15 +88,16 @@ MB = 1_000_000
 #: The API server's optional speed-ups the daemon uses when installed (HTTP parser, loop).
 API_EXTRAS = tuple(m for m in ("httptools", "uvloop") if importlib.util.find_spec(m) is not None)
 
-#: What the daemon imports (janitor.daemon, then janitor.core, the API app, uvicorn and its
+#: What the daemon imports (janitor.daemon.supervisor, then janitor.core, the API app, uvicorn
+#: and its
 #: extras, apscheduler, watchdog): the "imports only" baseline process imports the same.
 DAEMON_IMPORTS = ", ".join(
     (
-        "janitor.daemon",
+        "janitor.daemon.supervisor",
         "janitor.core",
-        "janitor.api",
-        "janitor.watch",
-        "janitor.inuse",
+        "janitor.daemon.api",
+        "janitor.daemon.watch",
+        "janitor.host.inuse",
         "uvicorn",
         *API_EXTRAS,
         "apscheduler.schedulers.background",
@@ -598,7 +599,7 @@ def phase_idle(
     rep.machine["loadavg_after_idle"] = _load()
 
     # The periodic full sweep (every sweep_interval_s), on demand: what it costs each time.
-    from janitor.settings import Settings
+    from janitor.config.settings import Settings
 
     interval = float(Settings.model_fields["sweep_interval_s"].default)
     c0 = d.cpu()
@@ -715,7 +716,7 @@ def start_daemon_b(work: Path, args: argparse.Namespace, stack: contextlib.ExitS
 
 
 def phase_evict(d: DaemonProc, args: argparse.Namespace, rep: Report) -> None:
-    from janitor.settings import Settings
+    from janitor.config.settings import Settings
 
     fields = Settings.model_fields
     quiet = float(fields["debounce_s"].default)

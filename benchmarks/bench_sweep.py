@@ -3,18 +3,18 @@
 
 Measures, in one run, on trees generated under a fresh folder (``--where``, default under /tmp):
 
-* scan: ``janitor.scan.scan(root)`` beside ``du -s root`` on the same generated tree of
+* scan: ``janitor.cleanup.scan.scan(root)`` beside ``du -s root`` on the same generated tree of
   ``--files`` files (read only, so both read the very same tree; the order alternates);
-* delete: ``janitor.evict.apply(plan, ledger=...)`` on a tree of ``--delete`` files beside
+* delete: ``janitor.cleanup.evict.apply(plan, ledger=...)`` on a tree of ``--delete`` files beside
   ``find root -type f -delete`` on an identical tree (same names, sizes and contents). The plan
   comes from a cache-tree policy whose quota is 1 byte, low watermark 0 and min_age 0, so every
   file is chosen; only ``apply`` is compared with find, the scan + group + open-files + plan
   phase is reported on its own row. Leases are on (``prepare_leases()``); one extra run with
   leases off shows what they cost;
-* planner: ``janitor.units.group_units`` on an in-memory snapshot of ``--planner-entries`` files
-  (no disk), then ``janitor.evict.plan_tree`` over the units with a quota that makes it choose
-  about half of them, with a few pins, reservations, held locks and open files so every check
-  in the classifier runs.
+* planner: ``janitor.cleanup.units.group_units`` on an in-memory snapshot of
+  ``--planner-entries`` files (no disk), then ``janitor.cleanup.evict.plan_tree`` over the
+  units with a quota that makes it choose about half of them, with a few pins, reservations,
+  held locks and open files so every check in the classifier runs.
 
 Targets (issue 3, item 10): full scan <= 1.5x du's wall time; deleting 100,000 files <= 1.3x
 find -delete; grouping + planning under 1 s for 1,000,000 entries.
@@ -64,14 +64,14 @@ from typing import Any, TypeVar
 from rich.console import Console
 from rich.table import Table
 
-import janitor.inuse as inuse
-from janitor.evict import Plan, Protection, apply, plan_tree
-from janitor.inuse import open_inodes, prepare_leases
-from janitor.ledger import Ledger
-from janitor.policy import SizeSpec, TreePolicy
-from janitor.scan import Entry, Snapshot, scan
-from janitor.space import volume_stats
-from janitor.units import Unit, group_units
+import janitor.host.inuse as inuse
+from janitor.cleanup.evict import Plan, Protection, apply, plan_tree
+from janitor.cleanup.scan import Entry, Snapshot, scan
+from janitor.cleanup.units import Unit, group_units
+from janitor.config.policy import SizeSpec, TreePolicy
+from janitor.host.inuse import open_inodes, prepare_leases
+from janitor.host.space import volume_stats
+from janitor.ledger.db import Ledger
 
 T = TypeVar("T")
 

@@ -415,7 +415,7 @@ def run_job(
 ) -> None:
     """One alignment job: an optional pinned WAV, then PCM files under a reservation."""
     from janitor import SpaceRisk
-    from janitor.estimate import pcm_bytes
+    from janitor.jobs.estimate import pcm_bytes
 
     nbytes = pcm_bytes(rng.uniform(60, 300), 16000, 1, 4)
     chunks = math.ceil(nbytes / CHUNK)
@@ -588,7 +588,7 @@ class _Timers:
     it wraps the ledger's write call and make-room's steps in the probe's own process)."""
 
     def __init__(self, jan: Any) -> None:
-        import janitor.sweep as sweep
+        import janitor.cleanup.sweep as sweep
 
         self.t: dict[str, float] = {}
         jan.ledger.call = self._timed("admit", jan.ledger.call)
@@ -970,7 +970,7 @@ def _nearest(samples: list[Sample], t: float) -> Sample | None:
 
 
 def _stop_deficit(free: int, floor: int, reserved: int) -> int:
-    from janitor.risk import stop_deficit
+    from janitor.admission.risk import stop_deficit
 
     return stop_deficit(free, floor, reserved)
 
@@ -1016,7 +1016,9 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack, out: dict[str, An
 
     nslots = args.jobs + args.outside
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["__main__", "janitor.core", "janitor.sweep", "janitor.estimate"])
+    ctx.set_forkserver_preload(
+        ["__main__", "janitor.core", "janitor.cleanup.sweep", "janitor.jobs.estimate"]
+    )
     arr = ctx.RawArray("d", (nslots + 1) * NF)
     slots = Slots(arr, nslots)
     for s in range(nslots):

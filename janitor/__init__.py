@@ -24,9 +24,9 @@ TYPE_CHECKING = False  # not typing's: the guarded ffmpeg imports this package o
 if TYPE_CHECKING:
     from typing import Any
 
+    from janitor.admission.reserve import Admission, Reservation, ReservationInfo
+    from janitor.config.settings import Settings
     from janitor.core import Janitor
-    from janitor.reserve import Admission, Reservation, ReservationInfo
-    from janitor.settings import Settings
     from janitor.status import Status
 
 __version__ = "0.1.0"
@@ -53,10 +53,10 @@ __all__ = [
 # Heavy modules (pydantic, sqlite, psutil) load on first use, so `janitor --help` starts fast.
 _LAZY = {
     "Janitor": "janitor.core",
-    "Admission": "janitor.reserve",
-    "Reservation": "janitor.reserve",
-    "ReservationInfo": "janitor.reserve",
-    "Settings": "janitor.settings",
+    "Admission": "janitor.admission.reserve",
+    "Reservation": "janitor.admission.reserve",
+    "ReservationInfo": "janitor.admission.reserve",
+    "Settings": "janitor.config.settings",
     "Status": "janitor.status",
 }
 

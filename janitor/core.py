@@ -15,11 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from janitor.errors import ConfigError, SpaceRisk
-from janitor.ledger import Ledger, LogEntry
-from janitor.owner import process_start
-from janitor.policy import Policy, load_policy
-from janitor.reserve import (
+from janitor.admission.reserve import (
     Admission,
     Reservation,
     ReservationInfo,
@@ -35,14 +31,18 @@ from janitor.reserve import (
     resolve_path,
     tree_on,
 )
-from janitor.settings import Settings
+from janitor.config.policy import Policy, load_policy
+from janitor.config.settings import Settings
+from janitor.errors import ConfigError, SpaceRisk
+from janitor.host.owner import process_start
+from janitor.host.space import device_of
+from janitor.ledger.db import Ledger, LogEntry
 from janitor.sizes import parse_duration, parse_size
-from janitor.space import device_of
 from janitor.status import Status, collect_status
 
 if TYPE_CHECKING:
-    from janitor.pins import Pin, PinInfo
-    from janitor.sweep import SweepResult
+    from janitor.cleanup.sweep import SweepResult
+    from janitor.ledger.pins import Pin, PinInfo
 
 __all__ = ["Janitor"]
 
@@ -191,7 +191,7 @@ class Janitor:
         """Raise a live reservation to ``nbytes`` in all, for a writer that learns its size late;
         ReservationRefused (with the numbers) if the rest does not fit. A smaller total gives
         the difference back."""
-        from janitor.reserve import grow_reservation
+        from janitor.admission.reserve import grow_reservation
 
         size = self._size(nbytes)
         info = self.get(reservation_id)
@@ -287,7 +287,7 @@ class Janitor:
             return None
         _, _, free, floor = measure(self.policy, tree)
         if free < floor and evict:
-            from janitor.sweep import make_room
+            from janitor.cleanup.sweep import make_room
 
             def deficit() -> int:
                 """What the volume lacks below its floor, counting what jobs still write."""
@@ -312,7 +312,7 @@ class Janitor:
         self, tree: str, nbytes: int | str, *, path: str | os.PathLike[str] | None = None
     ) -> int:
         """Evict caches on ``tree``'s volume until ``nbytes`` would fit; returns bytes freed."""
-        from janitor.sweep import make_room
+        from janitor.cleanup.sweep import make_room
 
         tree_policy = self.policy.tree(tree)
         size = self._size(nbytes)
@@ -341,7 +341,7 @@ class Janitor:
         progress: Callable[[str, int], None] | None = None,
     ) -> SweepResult:
         """Bring one tree (or every tree) within its policy; ``dry_run`` only plans."""
-        from janitor.sweep import run_sweep
+        from janitor.cleanup.sweep import run_sweep
 
         return run_sweep(
             self.policy,
@@ -372,7 +372,7 @@ class Janitor:
         ttl: float | str | None = None,
     ) -> Pin:
         """Protect a cache entry (file or folder) from eviction while the owner lives."""
-        from janitor.pins import Pin, add_pin
+        from janitor.ledger.pins import Pin, add_pin
 
         tree, where = self._tree_of(path)
         pid, start = self._owner(owner_pid)
@@ -384,7 +384,7 @@ class Janitor:
 
     def unpin(self, key: str | os.PathLike[str]) -> list[PinInfo]:
         """End a pin by id, or every live pin on a path."""
-        from janitor.pins import end_pin
+        from janitor.ledger.pins import end_pin
 
         text = os.fspath(key)
         if not text.startswith("p-"):
@@ -393,14 +393,14 @@ class Janitor:
 
     def pins(self) -> list[PinInfo]:
         """Every pin that protects now."""
-        from janitor.pins import live_pins
+        from janitor.ledger.pins import live_pins
 
         with self.ledger.read() as conn:
             return live_pins(conn)
 
     def touch(self, *paths: str | os.PathLike[str]) -> None:
         """Record a use of each path, so LRU eviction sees it as recently used."""
-        from janitor.pins import record_touches
+        from janitor.ledger.pins import record_touches
 
         resolved = [self._tree_of(p)[1] for p in paths]
         self.ledger.call(lambda conn: record_touches(conn, resolved))

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from janitor.config.settings import Settings
 from janitor.errors import JanitorError
-from janitor.fdwalk import tree_shape
-from janitor.settings import Settings
+from janitor.host.fdwalk import tree_shape
 
 __all__ = ["Check", "run_checks"]
 
@@ -87,9 +87,9 @@ def _checks(
     platform: str,
     run: Callable[[list[str]], subprocess.CompletedProcess[str]],
 ) -> Iterator[Check]:
-    from janitor.policy import load_policy
+    from janitor.config.policy import load_policy
+    from janitor.host.space import volume_stats
     from janitor.sizes import format_size
-    from janitor.space import volume_stats
 
     cfg = settings.config
     yield Check("config", "ok", f"config file {cfg}" if cfg else "no config file; defaults apply")
@@ -262,7 +262,7 @@ def _guard_checks(platform: str) -> Iterator[Check]:
     """Does each running batchalign3 process find the guarded ffmpeg first on its PATH?"""
     import psutil
 
-    from janitor.guard import GUARD_MARK
+    from janitor.jobs.guard import GUARD_MARK
 
     found = False
     for proc in psutil.process_iter(["pid", "name", "cmdline"]):

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from janitor.config.settings import Settings
 from janitor.errors import ConfigError
-from janitor.settings import Settings
 
 __all__ = [
     "LABEL",

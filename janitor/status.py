@@ -12,11 +12,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from janitor.ledger import Ledger
-from janitor.policy import Policy, TreePolicy
-from janitor.reserve import ReservationInfo, live_reservations
-from janitor.risk import Forecast, Level, assess
-from janitor.space import VolumeStats, allocated_size, volume_stats
+from janitor.admission.reserve import ReservationInfo, live_reservations
+from janitor.admission.risk import Forecast, Level, assess
+from janitor.config.policy import Policy, TreePolicy
+from janitor.host.space import VolumeStats, allocated_size, volume_stats
+from janitor.ledger.db import Ledger
 
 __all__ = [
     "Level",

@@ -716,7 +716,7 @@ def test_offload_keeps_the_event_loop_free_and_hands_back_results_and_errors() -
     import asyncio
     import threading
 
-    from janitor.api import Offload
+    from janitor.daemon.api import Offload
     from janitor.errors import UnknownReservation
 
     off = Offload(max_workers=2)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from janitor import Janitor, SpaceRisk
-from janitor.risk import Claim, choose_at_risk, stop_deficit
+from janitor.admission.risk import Claim, choose_at_risk, stop_deficit
 
 from ._daemon_helpers import daemon_setup, eventually, free_of, running_daemon, write_bytes
 from .conftest import JANITOR_BIN, Holder, MiB, Volume

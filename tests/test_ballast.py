@@ -1,4 +1,4 @@
-"""janitor.ballast on a real tmpfs: real blocks allocated, real space given back.
+"""janitor.host.ballast on a real tmpfs: real blocks allocated, real space given back.
 
 Free space is read with statvfs before and after; allocation is read from ``st_blocks``.
 """
@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from janitor.ballast import BALLAST_NAME, Ballast, ballast_path
+from janitor.host.ballast import BALLAST_NAME, Ballast, ballast_path
 
 MiB = 1024 * 1024
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from janitor.settings import shipped_policy_path
+from janitor.config.settings import shipped_policy_path
 
 from .conftest import JANITOR_BIN, JanitorEnv, MiB, Volume, free_of, one_line_error
 
@@ -719,10 +719,10 @@ def test_version_help_and_usage_errors(run_cli_many: Any) -> None:
 
 _GC_PROBE = """
 import atexit, gc, sys
-import janitor.cli
+import janitor.cli.app
 atexit.register(lambda: print("gc-enabled:", gc.isenabled(), file=sys.stderr))
 sys.argv = ["janitor", *sys.argv[1:]]
-janitor.cli.main()
+janitor.cli.app.main()
 """
 
 
@@ -753,7 +753,7 @@ def test_the_cyclic_gc_runs_again_only_for_commands_that_last(
 def test_in_process_main_leaves_the_callers_gc_as_it_was(
     write_policy: Callable[..., Path], tmp_path: Path
 ) -> None:
-    from janitor.cli import main
+    from janitor.cli.app import main
 
     tree = tmp_path / "tree"
     tree.mkdir()

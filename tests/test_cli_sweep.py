@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from janitor import Janitor
-from janitor.ledger import Ledger
+from janitor.ledger.db import Ledger
 
 from ._enforce_helpers import (
     DAY,

@@ -391,7 +391,7 @@ def test_reservations_of_dead_owners_are_reaped(tmp_path: Path) -> None:
 def test_the_daemon_prunes_what_the_ledger_no_longer_needs(tmp_path: Path) -> None:
     """Ended reservations and log lines past 30 days, samples past a day: gone after the first
     reap; recent ones and live reservations stay."""
-    from janitor.ledger import Ledger
+    from janitor.ledger.db import Ledger
 
     with daemon_setup(tmp_path) as setup:
         setup.state_dir.mkdir(parents=True, exist_ok=True)
@@ -549,7 +549,7 @@ def test_watcher_reports_a_watched_file_once_per_change_and_not_on_reads(tmp_pat
     (debounced, once), reading the file or touching another file in the folder is not."""
     import threading
 
-    from janitor.watch import TreeWatcher
+    from janitor.daemon.watch import TreeWatcher
 
     policy = tmp_path / "policy.toml"
     policy.write_text("a")

@@ -23,12 +23,12 @@ from typing import Any
 import pytest
 
 from janitor import Janitor
-from janitor.evict import apply
-from janitor.fdwalk import FolderChain, tree_shape, tree_size
-from janitor.policy import Policy
-from janitor.scan import scan
-from janitor.space import allocated_size
-from janitor.watch import TreeWatcher
+from janitor.cleanup.evict import apply
+from janitor.cleanup.scan import scan
+from janitor.config.policy import Policy
+from janitor.daemon.watch import TreeWatcher
+from janitor.host.fdwalk import FolderChain, tree_shape, tree_size
+from janitor.host.space import allocated_size
 
 from ._enforce_helpers import (
     DAY,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from janitor import Janitor, inuse
-from janitor.evict import Outcome, Plan, Report, apply
+from janitor.cleanup.evict import Outcome, Plan, Report, apply
 
 from ._enforce_helpers import (
     DAY,
@@ -685,7 +685,7 @@ def test_many_units_go_with_every_check_and_are_logged_in_plan_order(
 ) -> None:
     """Threads (forced here from the first units on) change nothing but speed: each unit is
     still checked right before it goes, outcomes and the log keep the plan's LRU order."""
-    import janitor.evict as evict
+    import janitor.cleanup.evict as evict
 
     monkeypatch.setattr(evict, "_THREADS", threads)
     monkeypatch.setattr(evict, "_PROBE", 2)

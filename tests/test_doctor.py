@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from janitor.config.settings import Settings
 from janitor.doctor import Check, run_checks
-from janitor.settings import Settings
 
 from .conftest import one_line_error
 

@@ -1,4 +1,4 @@
-"""Size estimates: ``janitor.estimate.pcm_bytes`` and the real ``janitor estimate`` command.
+"""Size estimates: ``janitor.jobs.estimate.pcm_bytes`` and the real ``janitor estimate`` command.
 
 The media is made by the real ffmpeg (lavfi sine), the duration read by the real ffprobe, and the
 estimate is compared with the size of the file the real ffmpeg then writes. Tests that need
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from janitor.errors import ConfigError
-from janitor.estimate import WAV_HEADER_BYTES, pcm_bytes
+from janitor.jobs.estimate import WAV_HEADER_BYTES, pcm_bytes
 
 from .conftest import JANITOR_BIN, one_line_error
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from janitor.guard import _dumps, _loads
+from janitor.jobs.guard import _dumps, _loads
 
 text = st.text(st.characters(exclude_categories=["Cs"]))
 values: st.SearchStrategy[Any] = st.recursive(

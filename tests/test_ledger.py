@@ -18,7 +18,7 @@ import pytest
 
 from janitor import Janitor
 from janitor.errors import LedgerError
-from janitor.ledger import SCHEMA_VERSION, Ledger
+from janitor.ledger.db import SCHEMA_VERSION, Ledger
 
 from .conftest import JanitorEnv
 
@@ -128,7 +128,7 @@ def test_schema_1_is_upgraded_in_place_keeping_what_a_prune_would_keep(
     now = time.time()
     old = now - 40 * 86400
     me = os.getpid()
-    from janitor.owner import process_start
+    from janitor.host.owner import process_start
 
     start = process_start(me)
     with sqlite3.connect(janitor_env.ledger) as conn:

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from janitor import Janitor
-from janitor.evict import Protection, apply, plan_tree
-from janitor.inuse import prepare_leases
-from janitor.scan import scan
-from janitor.space import volume_stats
-from janitor.units import group_units
+from janitor.cleanup.evict import Protection, apply, plan_tree
+from janitor.cleanup.scan import scan
+from janitor.cleanup.units import group_units
+from janitor.host.inuse import prepare_leases
+from janitor.host.space import volume_stats
 
 from ._enforce_helpers import cache_tree, fp
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from janitor.owner import choose_owner
+from janitor.host.owner import choose_owner
 
 from .conftest import JANITOR_BIN, Volume
 

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from janitor.evict import KEEP_REASONS, Plan, Protection, plan_pressure, plan_tree
-from janitor.policy import TreePolicy
-from janitor.scan import Entry, Snapshot
-from janitor.units import Unit, UnitTable, group_units
+from janitor.cleanup.evict import KEEP_REASONS, Plan, Protection, plan_pressure, plan_tree
+from janitor.cleanup.scan import Entry, Snapshot
+from janitor.cleanup.units import Unit, UnitTable, group_units
+from janitor.config.policy import TreePolicy
 
 NOW = 1_700_000_000.0
 DEV = 7

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from janitor import Janitor
+from janitor.config.policy import MAX_PROBLEMS_SHOWN, load_policy
+from janitor.config.settings import shipped_policy_path
 from janitor.errors import ConfigError, PolicyError, UnknownTree
-from janitor.policy import MAX_PROBLEMS_SHOWN, load_policy
-from janitor.settings import shipped_policy_path
 
 from .conftest import JanitorEnv, MiB, total_of
 

@@ -2,7 +2,8 @@
 whether the rules ask for metrics the daemon actually exports.
 
 ``promtool`` runs where it is installed (skipped otherwise). The exported names come from the
-real collector in :mod:`janitor.metrics`, rendered for a daemon state with one volume and one tree.
+real collector in
+:mod:`janitor.daemon.metrics`, rendered for a daemon state with one volume and one tree.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from janitor.metrics import DaemonState, TreeState, VolumeState, registry_for, render
+from janitor.daemon.metrics import DaemonState, TreeState, VolumeState, registry_for, render
 
 ROOT = Path(__file__).resolve().parent.parent
 PROM = ROOT / "packaging" / "prometheus"

@@ -27,7 +27,7 @@ import pytest
 
 from janitor import Janitor
 from janitor.errors import ConfigError, JanitorError, ReservationRefused, UnknownReservation
-from janitor.space import allocated_size
+from janitor.host.space import allocated_size
 
 from .conftest import Holder, MiB, Volume, free_of
 
@@ -591,12 +591,12 @@ def test_an_owner_dying_mid_admission_is_never_half_counted(
     reservations and skip an owner that died in between without ending it in the ledger, so
     the log showed the floor overcommitted (fixed in 4dbf5f9: ``check_owners=False``).
     """
-    import janitor.reserve
+    import janitor.admission.reserve
 
     vol = managed_volume("64m", floor="8MiB")
     jan = vol.janitor()
     victim = holder(vol.policy, "t", 50 * MiB)  # 6 MiB of headroom left
-    real_is_alive = janitor.reserve.is_alive
+    real_is_alive = janitor.admission.reserve.is_alive
     killed: list[int] = []
 
     def is_alive_then_die(pid: int, start: float | None) -> bool:
@@ -607,7 +607,7 @@ def test_an_owner_dying_mid_admission_is_never_half_counted(
             killed.append(pid)
         return alive
 
-    monkeypatch.setattr(janitor.reserve, "is_alive", is_alive_then_die)
+    monkeypatch.setattr(janitor.admission.reserve, "is_alive", is_alive_then_die)
     try:
         jan.reserve("t", 20 * MiB)  # fits only without the victim's 50 MiB
     except ReservationRefused:

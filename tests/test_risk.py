@@ -1,4 +1,4 @@
-"""janitor.risk: the forecast from free-space samples, the level assessment, and the damping.
+"""janitor.admission.risk: the forecast from free-space samples, the level assessment, the damping.
 
 Pure functions and a small state machine, so every input here is explicit: sample times and
 free-space values are made up, and ``LevelTracker`` is fed ``now`` values by hand (no clock).
@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from janitor.risk import Forecast, LevelTracker, Reading, assess, finite, forecast
+from janitor.admission.risk import Forecast, LevelTracker, Reading, assess, finite, forecast
 
 MiB = 1024 * 1024
 

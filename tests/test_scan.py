@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from janitor.scan import Entry, Snapshot, display_path, scan
+from janitor.cleanup.scan import Entry, Snapshot, display_path, scan
 
 from ._enforce_helpers import KiB, MiB, allocated, listing, make_file
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from janitor.config.settings import Settings
 from janitor.errors import ConfigError
 from janitor.service import (
     LABEL,
@@ -29,7 +30,6 @@ from janitor.service import (
     SystemdService,
     service_for,
 )
-from janitor.settings import Settings
 
 from .conftest import one_line_error
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from janitor.config.settings import Settings, default_config_path, shipped_policy_path
 from janitor.errors import ConfigError
-from janitor.settings import Settings, default_config_path, shipped_policy_path
 
 from .conftest import JanitorEnv, one_line_error
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from janitor import Janitor
-from janitor.fastpaths import PORTABLE
+from janitor.host.fastpaths import PORTABLE
 
 from .conftest import JANITOR_BIN, Volume
 

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from janitor.policy import Policy, TreePolicy, load_policy
-from janitor.scan import Entry, Snapshot, scan
-from janitor.settings import shipped_policy_path
-from janitor.units import Unit, UnitTable, group_units, unit_key_for
+from janitor.cleanup.scan import Entry, Snapshot, scan
+from janitor.cleanup.units import Unit, UnitTable, group_units, unit_key_for
+from janitor.config.policy import Policy, TreePolicy, load_policy
+from janitor.config.settings import shipped_policy_path
 
 from ._enforce_helpers import DAY, HOUR, KiB, allocated, fp, make_file, make_job, set_age
 from .conftest import JanitorEnv

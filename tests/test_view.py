@@ -1,4 +1,4 @@
-"""`janitor status` for people: what :func:`janitor.view.render_status` shows, read back as text.
+"""`janitor status` for people: :func:`janitor.cli.view.render_status`, read back as text.
 
 A real policy over real files in tmp_path, a live reservation made through the Python API, and
 free-space samples written into the ledger's ``samples`` table; the status is rendered into rich's
@@ -25,9 +25,9 @@ import pytest
 from rich.console import Console
 
 from janitor import Janitor
+from janitor.cli.view import bar, render_status, sparkline
 from janitor.sizes import format_duration, format_size, parse_duration
 from janitor.status import Status
-from janitor.view import bar, render_status, sparkline
 
 from .conftest import JANITOR_BIN
 

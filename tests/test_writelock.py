@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from janitor.errors import LedgerError
-from janitor.writelock import _COUNTER, _OFD, WriterLock
+from janitor.ledger.writelock import _COUNTER, _OFD, WriterLock
 
 needs_queue = pytest.mark.skipif(not _OFD, reason="the arrival-order queue needs Linux OFD locks")
 
@@ -22,7 +22,7 @@ CHILD = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from janitor.writelock import WriterLock
+    from janitor.ledger.writelock import WriterLock
     lock = WriterLock(Path(sys.argv[1]), timeout=30)
     lock.acquire()
     with open(sys.argv[2], "a") as out:
@@ -218,7 +218,7 @@ def test_the_holder_tells_its_successor_to_get_ready_then_to_go(tmp_path: Path) 
     for about a turn), on leaving it rings "go"."""
     import socket
 
-    from janitor.writelock import _GO, _READY
+    from janitor.ledger.writelock import _GO, _READY
 
     path = tmp_path / "ledger.lock"
     path.touch()
@@ -243,7 +243,7 @@ PATIENT_CHILD = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    import janitor.writelock as w
+    import janitor.ledger.writelock as w
     w._RECHECK_S, w._SPIN_S = 60.0, 30.0
     lock = w.WriterLock(Path(sys.argv[1]), timeout=120)
     lock.acquire()
@@ -261,7 +261,7 @@ def test_a_successor_told_to_get_ready_takes_the_lock_without_the_go(tmp_path: P
     import fcntl
     import socket
 
-    from janitor.writelock import _READY, _SLOTS, _range_lock
+    from janitor.ledger.writelock import _READY, _SLOTS, _range_lock
 
     path, out = tmp_path / "ledger.lock", tmp_path / "order"
     path.touch()
@@ -300,7 +300,7 @@ def test_a_writer_that_times_out_rings_no_ready_and_lets_the_next_one_go(tmp_pat
     import fcntl
     import socket
 
-    from janitor.writelock import _GO
+    from janitor.ledger.writelock import _GO
 
     path = tmp_path / "ledger.lock"
     path.touch()

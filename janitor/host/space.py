@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from janitor.fdwalk import tree_size
+from janitor.host.fdwalk import tree_size
 
 __all__ = [
     "VolumeStats",

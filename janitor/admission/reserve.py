@@ -21,19 +21,19 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from janitor.admission.risk import Claim, choose_at_risk, stop_deficit
 from janitor.errors import ConfigError, ReservationRefused, UnknownReservation
-from janitor.fastpaths import LINUX
-from janitor.ledger import Ledger, db_path, py_path
-from janitor.owner import is_alive
-from janitor.risk import Claim, choose_at_risk, stop_deficit
+from janitor.host.fastpaths import LINUX
+from janitor.host.owner import is_alive
+from janitor.host.space import allocated_size, existing_ancestor, volume_stats
+from janitor.ledger.db import Ledger, db_path, py_path
 from janitor.sizes import format_size
-from janitor.space import allocated_size, existing_ancestor, volume_stats
 
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from janitor.config.policy import Policy, TreePolicy
     from janitor.core import Janitor
-    from janitor.policy import Policy, TreePolicy
 
 __all__ = [
     "Admission",
@@ -425,7 +425,7 @@ def new_id(now: float) -> str:
     """A reservation id such as ``r-19adf3c2b41e7a5c``: the creation time in milliseconds (11
     hex digits), then 20 random bits.
 
-    Ids that rise with time keep the ledger's writes on its last pages (see janitor.ledger).
+    Ids that rise with time keep the ledger's writes on its last pages (see janitor.ledger.db).
     """
     return f"r-{int(now * 1000) & 0xFFFFFFFFFFF:011x}{secrets.randbits(20):05x}"
 
@@ -695,8 +695,8 @@ class RiskDecision:
     """One at-risk decision on a volume: the numbers, and which reservations must stop.
 
     ``deficit`` is what the volume lacks, below its floor, to hold what running jobs still
-    write plus half the floor (janitor.risk.stop_deficit); ``at_risk`` are the fewest
-    reservations whose stopping covers it (janitor.risk.choose_at_risk).
+    write plus half the floor (janitor.admission.risk.stop_deficit); ``at_risk`` are the fewest
+    reservations whose stopping covers it (janitor.admission.risk.choose_at_risk).
     """
 
     device: int

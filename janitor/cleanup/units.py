@@ -25,8 +25,8 @@ from typing import Any, Literal, NamedTuple, TypeVar, overload
 import numpy as np
 import numpy.typing as npt
 
-from janitor.policy import TreePolicy
-from janitor.scan import Entry, Snapshot, gc_paused
+from janitor.cleanup.scan import Entry, Snapshot, gc_paused
+from janitor.config.policy import TreePolicy
 
 __all__ = ["LazySequence", "Unit", "UnitTable", "column", "group_units", "unit_key_for"]
 

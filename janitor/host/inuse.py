@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from janitor.fastpaths import LINUX
+from janitor.host.fastpaths import LINUX
 
 __all__ = ["exclusive", "lock_held", "locked_inodes", "open_inodes", "prepare_leases"]
 

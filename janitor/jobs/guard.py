@@ -2,11 +2,11 @@
 
 batchalign3 runs a bare ``ffmpeg`` from ``PATH`` for every big write it makes, so a guard first
 on ``PATH`` protects it unchanged (``janitor shim install``, ``janitor run``). For each call the
-guard works out the files ffmpeg will write and their bytes (janitor.ffmpeg), reserves them on
-the trees that hold them (janitor.writes; through the daemon's socket when it runs, else through
-the ledger directly), then runs the real ffmpeg under the same supervision as ``janitor exec``
-(janitor.supervise): stopped when its reservation is put at risk or its output outgrows the
-reservation, and never outliving the guard. Arguments, stdin, stdout, stderr and the exit status
+guard works out the files ffmpeg will write and their bytes (janitor.jobs.ffmpeg), reserves them on
+the trees that hold them (janitor.jobs.writes; through the daemon's socket when it runs, else
+through the ledger directly), then runs the real ffmpeg under the same supervision as
+``janitor exec`` (janitor.jobs.supervise): stopped when its reservation is put at risk or its
+output outgrows the reservation, and never outliving the guard. Arguments, stdin, stdout, stderr and the exit status
 are ffmpeg's own; signals sent to the guard reach ffmpeg.
 
 A call it cannot estimate (video, compressed outputs, ``-f null``, pipes, ``-version``, unknown
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from janitor.supervise import Supervised
+    from janitor.jobs.supervise import Supervised
 
 __all__ = ["EXIT_NO_FFMPEG", "EXIT_REFUSED", "GUARD_MARK", "find_real_ffmpeg", "main"]
 
@@ -374,7 +374,7 @@ class _LibraryHold(_Hold):
     def __init__(self, request: dict[str, Any]) -> None:
         from janitor.core import Janitor
         from janitor.errors import JanitorError, ReservationRefused
-        from janitor.writes import PlannedWrite, open_writes
+        from janitor.jobs.writes import PlannedWrite, open_writes
 
         try:
             self.jan = Janitor.from_settings()
@@ -607,7 +607,7 @@ def main(
 
 def _plan(args: list[str], cache_dir: str | None, real: str) -> dict[str, Any] | str:
     """The request for this call's writes, or why it cannot be estimated."""
-    from janitor import ffmpeg
+    from janitor.jobs import ffmpeg
 
     folder = os.environ.get("JANITOR_CACHE_DIR") or cache_dir
     probe = ffmpeg.Probe(os.path.join(folder, "probes") if folder else None, ffmpeg=real)
@@ -644,7 +644,7 @@ def _hold(request: dict[str, Any], socket_path: str | None) -> _Hold:
 
 
 def _run(real: str, args: list[str], hold: _Hold, log_dir: str | None) -> int:
-    from janitor.supervise import Supervised, forward_signals, restore_signals
+    from janitor.jobs.supervise import Supervised, forward_signals, restore_signals
 
     before = {r[1]: _identity(r[1]) for r in hold.reservations if r[1]}
     try:

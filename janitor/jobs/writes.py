@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 from janitor.errors import ConfigError, ReservationRefused, UnknownReservation
 
 if TYPE_CHECKING:
+    from janitor.admission.reserve import ReservationInfo
     from janitor.core import Janitor
-    from janitor.pins import PinInfo
-    from janitor.reserve import ReservationInfo
+    from janitor.ledger.pins import PinInfo
 
 __all__ = ["PlannedWrite", "WriteSession", "locate", "open_writes"]
 
@@ -63,8 +63,8 @@ def locate(jan: Janitor, path: str) -> tuple[str, str | None] | None:
     """(tree, path to record) for a write to ``path``: the tree holding it and the path; a tree
     on its volume and None when it lies outside every tree there; None when no tree is on its
     volume (the policy does not cover it)."""
-    from janitor.reserve import resolve_path, tree_on
-    from janitor.space import device_of
+    from janitor.admission.reserve import resolve_path, tree_on
+    from janitor.host.space import device_of
 
     for name, tree in jan.policy.trees.items():
         try:
@@ -93,7 +93,7 @@ def open_writes(
     Raises ReservationRefused for the first write that does not fit (its ``filename``
     names the output), after releasing what was granted for the others.
     """
-    from janitor.reserve import measure
+    from janitor.admission.reserve import measure
 
     granted: list[ReservationInfo] = []
     outputs: list[str] = []
@@ -127,9 +127,9 @@ def open_writes(
 
 def _pin_inputs(jan: Janitor, inputs: Sequence[str], owner_pid: int) -> tuple[PinInfo, ...]:
     """Touch and pin, in one ledger transaction, the inputs that lie inside cache trees."""
-    from janitor.owner import process_start
-    from janitor.pins import add_pin, record_touches
-    from janitor.reserve import resolve_path
+    from janitor.admission.reserve import resolve_path
+    from janitor.host.owner import process_start
+    from janitor.ledger.pins import add_pin, record_touches
 
     found: list[tuple[str, str]] = []
     for path in inputs:

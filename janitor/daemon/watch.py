@@ -35,8 +35,8 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.utils import BaseThread
 
-from janitor.fdwalk import tree_shape
-from janitor.policy import TreePolicy
+from janitor.config.policy import TreePolicy
+from janitor.host.fdwalk import tree_shape
 
 __all__ = ["TreeWatcher", "WatchState"]
 

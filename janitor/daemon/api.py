@@ -45,8 +45,8 @@ from janitor.errors import (
 )
 
 if TYPE_CHECKING:
-    from janitor.daemon import Daemon
-    from janitor.reserve import ReservationInfo
+    from janitor.admission.reserve import ReservationInfo
+    from janitor.daemon.supervisor import Daemon
 
 __all__ = ["Offload", "create_app", "serve_app"]
 
@@ -332,7 +332,7 @@ class _Calls:
         return _reservation_body(self.daemon.janitor.cover(rid, pid))
 
     def guard(self, req: GuardRequest) -> tuple[int, bytes]:
-        from janitor.writes import PlannedWrite, open_writes
+        from janitor.jobs.writes import PlannedWrite, open_writes
 
         jan = self.daemon.janitor
         if req.policy is not None and os.path.realpath(req.policy) != os.path.realpath(
@@ -355,8 +355,8 @@ class _Calls:
         return 200, _dumps(session.as_dict())
 
     def estimate(self, req: EstimateRequest) -> tuple[int, bytes]:
-        from janitor import ffmpeg
-        from janitor.writes import locate
+        from janitor.jobs import ffmpeg
+        from janitor.jobs.writes import locate
 
         if req.cwd is not None and not os.path.isabs(req.cwd):
             return 422, _dumps(
@@ -396,20 +396,20 @@ class _Calls:
 
     def _probe(self) -> Any:
         """The guard's probe cache (one per user), so a recording is probed once for both."""
-        from janitor import ffmpeg
+        from janitor.jobs import ffmpeg
 
         probe = getattr(self, "_probe_cache", None)
         if probe is None:
             import platformdirs
 
-            from janitor.settings import APP_NAME
+            from janitor.config.settings import APP_NAME
 
             folder = platformdirs.user_cache_dir(APP_NAME, appauthor=False)
             probe = self._probe_cache = ffmpeg.Probe(os.path.join(folder, "probes"))
         return probe
 
     def guard_release(self, req: GuardRelease) -> bytes:
-        from janitor.guard import release_all
+        from janitor.jobs.guard import release_all
 
         release_all(self.daemon.janitor, req.reservations, req.pins)
         return _dumps({"reservations": req.reservations, "pins": req.pins})

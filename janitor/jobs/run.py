@@ -8,7 +8,7 @@ PCM stays until the file is done) for as many files as run at once. Printed besi
 volume's headroom; ``--require-fit`` refuses (exit 75) before the command starts.
 
 During: the command runs with a guard script first on ``PATH`` (no install needed), its
-signals passed on, never outliving us; every ffmpeg call it makes is reserved (janitor.guard).
+signals passed on, never outliving us; every ffmpeg call it makes is reserved (janitor.jobs.guard).
 
 After: what the run reserved and wrote, and the job temp folders that its guarded writes went
 to and that are still there once the command ended (a killed job's ``.tmpXXXXXX``), removed by
@@ -183,7 +183,7 @@ def _media_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
 
 
 def _plan_one(path: str, duration_of: Callable[[str], Any], cache: Path) -> MediaPlan:
-    from janitor.ffmpeg import container_duration
+    from janitor.jobs.ffmpeg import container_duration
 
     converts = os.path.splitext(path)[1].lower() in CONVERTED
     try:
@@ -216,11 +216,11 @@ def preflight(
     """The bytes a job over ``media`` will write, per volume, beside each volume's headroom.
 
     Durations come from ffprobe, in parallel (``workers``, default 2 per core), remembered per
-    file (janitor.ffmpeg.Probe) so a second pre-flight of the same folder is instant.
+    file (janitor.jobs.ffmpeg.Probe) so a second pre-flight of the same folder is instant.
     """
-    from janitor import ffmpeg
-    from janitor.settings import APP_NAME
-    from janitor.space import volume_stats
+    from janitor.config.settings import APP_NAME
+    from janitor.host.space import volume_stats
+    from janitor.jobs import ffmpeg
 
     if concurrency < 1:
         raise ConfigError(f"--concurrency {concurrency} must be at least 1")
@@ -307,8 +307,8 @@ def run_command(
 ) -> RunResult:
     """Run ``command`` with the guarded ffmpeg first on its PATH; afterwards, sum up what its
     guarded writes reserved and wrote and remove the job temp folders they left behind."""
-    from janitor.shim import script
-    from janitor.supervise import Supervised, exit_code, forward_signals, restore_signals
+    from janitor.jobs.shim import script
+    from janitor.jobs.supervise import Supervised, exit_code, forward_signals, restore_signals
 
     if not command:
         raise ConfigError("no command given; write it after `--`")
@@ -370,7 +370,7 @@ class _ProcessTree:
             pass
 
     def alive(self) -> tuple[int, ...]:
-        from janitor.owner import is_alive
+        from janitor.host.owner import is_alive
 
         return tuple(pid for pid, start in self.seen.items() if is_alive(pid, start))
 
@@ -408,7 +408,7 @@ def _summary(
     removed_bytes = 0
     kept: list[tuple[str, str]] = []
     if clean and leftovers:
-        from janitor.sweep import remove_units
+        from janitor.cleanup.sweep import remove_units
 
         for tree, keys in leftovers.items():
             report = remove_units(jan.policy, jan.ledger, jan.settings.state_dir, tree, keys)

@@ -6,7 +6,7 @@ is put at risk (the volume fell below its floor and this job is among the fewest
 covers the deficit) or the output outgrows the reservation by more than a margin (and ``grow``
 cannot extend it), the command is stopped (SIGTERM, then SIGKILL after a grace period) and the
 result says why. Signals sent to `janitor exec` reach the command; the command never outlives
-it (janitor.supervise), and the reservation covers the command for as long as it runs.
+it (janitor.jobs.supervise), and the reservation covers the command for as long as it runs.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from janitor.errors import ConfigError, ReservationRefused, SpaceRisk, UnknownReservation
+from janitor.host.space import allocated_size
+from janitor.jobs.supervise import Supervised, exit_code, forward_signals, restore_signals
 from janitor.sizes import format_size
-from janitor.space import allocated_size
-from janitor.supervise import Supervised, exit_code, forward_signals, restore_signals
 
 if TYPE_CHECKING:
+    from janitor.admission.reserve import Reservation
     from janitor.core import Janitor
-    from janitor.reserve import Reservation
 
 __all__ = ["ExecResult", "run_guarded"]
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from janitor.errors import LedgerError
-from janitor.evict import (
+from janitor.admission.reserve import live_reservations, reap
+from janitor.cleanup.evict import (
     Plan,
     Protection,
     Reason,
@@ -28,14 +28,14 @@ from janitor.evict import (
     plan_tree,
     plan_units,
 )
-from janitor.inuse import lock_held, locked_inodes, open_inodes, prepare_leases
-from janitor.ledger import Ledger
-from janitor.pins import live_pins, reap_pins, touches_under
-from janitor.policy import Policy, TreePolicy
-from janitor.reserve import live_reservations, reap
-from janitor.scan import Snapshot, display_path, scan
-from janitor.space import volume_stats
-from janitor.units import UnitTable, group_units
+from janitor.cleanup.scan import Snapshot, display_path, scan
+from janitor.cleanup.units import UnitTable, group_units
+from janitor.config.policy import Policy, TreePolicy
+from janitor.errors import LedgerError
+from janitor.host.inuse import lock_held, locked_inodes, open_inodes, prepare_leases
+from janitor.host.space import volume_stats
+from janitor.ledger.db import Ledger
+from janitor.ledger.pins import live_pins, reap_pins, touches_under
 
 __all__ = [
     "EmergencyResult",
@@ -192,7 +192,7 @@ def _holds_entries(tree: TreePolicy) -> bool:
 
 
 def _devices_of(trees: Sequence[TreePolicy]) -> set[int]:
-    from janitor.space import device_of
+    from janitor.host.space import device_of
 
     found = set()
     for t in trees:
@@ -286,7 +286,7 @@ def make_room(
     ``shortfall()`` is asked again once the tree locks are held: another process may have made
     the room meanwhile. Returns None when there was nothing to do.
     """
-    from janitor.space import device_of
+    from janitor.host.space import device_of
 
     trees = []
     for t in policy.trees.values():
@@ -368,8 +368,8 @@ def emergency(
     Pins are still honoured (read from the ledger; reading needs no space), and every deleter
     check still applies.
     """
-    from janitor.ballast import Ballast, ballast_path
-    from janitor.space import device_of
+    from janitor.host.ballast import Ballast, ballast_path
+    from janitor.host.space import device_of
 
     by_device: dict[int, list[TreePolicy]] = {}
     for t in policy.trees.values():

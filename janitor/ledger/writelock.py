@@ -49,7 +49,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from janitor.errors import LedgerError, LedgerFull
-from janitor.fastpaths import LINUX
+from janitor.host.fastpaths import LINUX
 
 __all__ = ["WriterLock"]
 

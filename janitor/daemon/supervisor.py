@@ -27,20 +27,20 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from janitor.ballast import Ballast, ballast_path
+from janitor.admission.risk import LevelTracker, assess, finite, forecast
+from janitor.daemon.events import EventBus
+from janitor.daemon.metrics import DaemonState, TreeState, VolumeState, registry_for
 from janitor.errors import EXIT_BAD_INPUT, JanitorError
-from janitor.events import EventBus
-from janitor.metrics import DaemonState, TreeState, VolumeState, registry_for
-from janitor.risk import LevelTracker, assess, finite, forecast
+from janitor.host.ballast import Ballast, ballast_path
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.background import BackgroundScheduler
 
-    from janitor.api import Offload
+    from janitor.config.settings import Settings
     from janitor.core import Janitor
-    from janitor.settings import Settings
+    from janitor.daemon.api import Offload
+    from janitor.daemon.watch import TreeWatcher
     from janitor.status import Status
-    from janitor.watch import TreeWatcher
 
 __all__ = ["Daemon", "DaemonRunning"]
 
@@ -106,7 +106,7 @@ class Daemon:
     def run(self) -> int:
         """Start everything, wait for a stop signal, stop everything; returns the exit code."""
         from janitor.core import Janitor
-        from janitor.inuse import prepare_leases
+        from janitor.host.inuse import prepare_leases
 
         self._acquire_lock()
         try:
@@ -291,7 +291,7 @@ class Daemon:
     # -- volumes, ballast ----------------------------------------------------------------------
 
     def _volume_trees(self) -> dict[int, list[Path]]:
-        from janitor.space import device_of
+        from janitor.host.space import device_of
 
         out: dict[int, list[Path]] = {}
         for tree in self.janitor.policy.trees.values():
@@ -302,8 +302,8 @@ class Daemon:
         return out
 
     def _init_volumes(self) -> None:
+        from janitor.host.space import volume_stats
         from janitor.sizes import format_size
-        from janitor.space import volume_stats
 
         self._ballast.clear()
         for device, roots in self._volume_trees().items():
@@ -393,8 +393,8 @@ class Daemon:
 
     def sample(self) -> None:
         """Sample every volume, forecast, update levels, act on changes, publish."""
-        from janitor.reserve import live_reservations
-        from janitor.space import volume_stats
+        from janitor.admission.reserve import live_reservations
+        from janitor.host.space import volume_stats
 
         now = time.time()
         policy = self.janitor.policy
@@ -657,7 +657,7 @@ class Daemon:
 
     def metrics_text(self) -> bytes:
         """The Prometheus exposition, measured now (see refresh)."""
-        from janitor.metrics import render
+        from janitor.daemon.metrics import render
 
         self.refresh()
         return render(self.registry)
@@ -679,7 +679,7 @@ class Daemon:
         self._record_sweep(result)
 
     def _record_sweep(self, result: Any) -> None:
-        from janitor.space import mount_point
+        from janitor.host.space import mount_point
 
         now = time.time()
         watch = {w.tree: w for w in (self._watcher.status() if self._watcher else [])}
@@ -714,8 +714,8 @@ class Daemon:
 
     def reap(self) -> None:
         """End reservations and pins whose owners died or whose TTL passed; hourly, prune."""
-        from janitor.pins import reap_pins
-        from janitor.reserve import reap
+        from janitor.admission.reserve import reap
+        from janitor.ledger.pins import reap_pins
 
         now = time.time()
         ledger = self.janitor.ledger
@@ -769,8 +769,8 @@ class Daemon:
 
     def relieve(self, device: int) -> None:
         """Pressure eviction: caches on the volume until free >= free_target (Nix-style)."""
-        from janitor.space import volume_stats
-        from janitor.sweep import make_room
+        from janitor.cleanup.sweep import make_room
+        from janitor.host.space import volume_stats
 
         roots = self._volume_trees().get(device)
         if not roots:
@@ -813,7 +813,7 @@ class Daemon:
             return
         self._reload.clear()
         self._policy_mtime = mtime
-        from janitor.policy import load_policy
+        from janitor.config.policy import load_policy
 
         try:
             policy = load_policy(self.settings.policy_path, state_dir=self.settings.state_dir)
@@ -842,7 +842,7 @@ class Daemon:
             self.on_dirty(tree)
 
     def _start_watcher(self) -> None:
-        from janitor.watch import TreeWatcher
+        from janitor.daemon.watch import TreeWatcher
 
         self._watcher = TreeWatcher(
             list(self.janitor.policy.trees.values()),
@@ -899,7 +899,7 @@ class Daemon:
 
         import uvicorn
 
-        from janitor.api import Offload, serve_app
+        from janitor.daemon.api import Offload, serve_app
 
         self._sockets = self._bind()
         self._offload = Offload()

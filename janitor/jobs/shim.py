@@ -3,7 +3,7 @@
 ``janitor shim install`` writes a small Python script named ``ffmpeg`` into a bin folder of ours
 (``~/.local/share/space-janitor/bin`` on Linux, ``~/Library/Application Support/space-janitor/bin``
 on macOS). It runs this interpreter with ``-I -S`` (no site import: a tenth of the guard's
-start-up) and hands its arguments to :func:`janitor.guard.main`, with the socket, cache and log
+start-up) and hands its arguments to :func:`janitor.jobs.guard.main`, with the socket, cache and log
 folders resolved once here. Nothing of the user's is overwritten: a file of that name that is
 not one of our guards is refused, and uninstall removes only a guard.
 """
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from janitor.config.settings import APP_NAME, Settings
 from janitor.errors import ConfigError
-from janitor.guard import GUARD_MARK, GuardError, find_real_ffmpeg
-from janitor.settings import APP_NAME, Settings
+from janitor.jobs.guard import GUARD_MARK, GuardError, find_real_ffmpeg
 
 __all__ = [
     "ShimState",
@@ -74,7 +74,7 @@ def script(settings: Settings, *, python: str | None = None) -> str:
         "# Written by `janitor shim install`; `janitor shim uninstall` removes it.\n"
         "import sys\n"
         f"sys.path[:0] = {_import_paths()!r}\n"
-        "from janitor.guard import main\n"
+        "from janitor.jobs.guard import main\n"
         f"sys.exit(main({args}))\n"
     )
 

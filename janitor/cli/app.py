@@ -18,9 +18,9 @@ import typer
 from janitor.errors import EXIT_PROBLEM, EXIT_TEMPFAIL, JanitorError
 
 if TYPE_CHECKING:
+    from janitor.config.settings import Settings
     from janitor.core import Janitor
-    from janitor.ledger import Ledger
-    from janitor.settings import Settings
+    from janitor.ledger.db import Ledger
 
 __all__ = ["app", "main"]
 
@@ -84,7 +84,7 @@ def _janitor() -> Janitor:
 
 
 def _ledger(settings: Settings) -> Ledger:
-    from janitor.ledger import Ledger
+    from janitor.ledger.db import Ledger
 
     ledger = Ledger(settings.ledger_path, lock_timeout=settings.lock_timeout_s)
     _G.ledgers.append(ledger)
@@ -192,8 +192,8 @@ def reserve(
 
 def _owner(owner_pid: int | None) -> Any:
     """The owner of a reservation or pin made here: ``--owner-pid``, else the process that ran
-    janitor, past the shells and launchers that exit with it (janitor.owner.choose_owner)."""
-    from janitor.owner import Owner, choose_owner, process_info, process_start
+    janitor, past the shells and launchers that exit with it (janitor.host.owner.choose_owner)."""
+    from janitor.host.owner import Owner, choose_owner, process_info, process_start
 
     if owner_pid is None:
         return choose_owner()
@@ -285,7 +285,7 @@ def check(
         _fail("give TREE and SIZE, or --reservation ID", 2)
     d = jan.check(tree, size, path=path)
     vol = jan.policy.volume_policy(d.device)
-    from janitor.space import volume_stats
+    from janitor.host.space import volume_stats
 
     _, free_low, _ = vol.numbers(volume_stats(jan.policy.tree(tree).path).total)
     level, reason = level_of(d.free, d.floor, free_low)
@@ -339,7 +339,7 @@ def status(
     if as_json:
         _print_json(jan.status().as_dict())
         return
-    from janitor.view import render_status
+    from janitor.cli.view import render_status
 
     console = _console()
     if not watch:
@@ -481,7 +481,7 @@ def log_(
     """What the janitor granted, refused, released and deleted, oldest first."""
     import time
 
-    from janitor.settings import Settings
+    from janitor.config.settings import Settings
     from janitor.sizes import format_size, parse_duration
 
     # The log needs no policy: it reads the ledger alone.
@@ -594,7 +594,7 @@ def exec_(
     """
     _lasting()
     from janitor.errors import ReservationRefused
-    from janitor.execute import run_guarded
+    from janitor.jobs.execute import run_guarded
     from janitor.sizes import parse_duration
 
     try:
@@ -651,7 +651,7 @@ def run_(
     temp folders it left behind, removed with every deleter check.
     """
     _lasting()
-    from janitor.run import preflight, run_command
+    from janitor.jobs.run import preflight, run_command
     from janitor.sizes import format_size
 
     jan = _janitor()
@@ -769,7 +769,7 @@ def estimate(
     as_json: JsonOpt = False,
 ) -> None:
     """Bytes the pipeline will write for MEDIA (WAV header included for wav16)."""
-    from janitor.estimate import estimate_media
+    from janitor.jobs.estimate import estimate_media
     from janitor.sizes import format_duration, format_size
 
     if fmt not in ("wav16", "f32"):
@@ -794,8 +794,8 @@ def daemon(
     Watches the trees, samples volumes, forecasts ENOSPC risk, evicts under pressure, and serves
     the HTTP API on a Unix socket. Stops cleanly on SIGTERM or Ctrl-C.
     """
-    from janitor.daemon import Daemon
-    from janitor.settings import Settings
+    from janitor.config.settings import Settings
+    from janitor.daemon.supervisor import Daemon
 
     _lasting()
     settings = Settings.load(_G.config, policy=_G.policy)
@@ -812,10 +812,10 @@ def emergency(
 ) -> None:
     """The disk is full: free ballast, then evict caches, writing nothing to the ledger."""
     _lasting()  # a sweep, like `janitor sweep`
-    from janitor.policy import load_policy
-    from janitor.settings import Settings
+    from janitor.cleanup.sweep import emergency as run_emergency
+    from janitor.config.policy import load_policy
+    from janitor.config.settings import Settings
     from janitor.sizes import format_size
-    from janitor.sweep import emergency as run_emergency
 
     settings = Settings.load(_G.config, policy=_G.policy)
     pol = load_policy(settings.policy_path, state_dir=settings.state_dir)
@@ -865,8 +865,8 @@ _ShimDirOpt = Annotated[
 @shim_app.command("install")
 def shim_install(bin_dir: _ShimDirOpt = None, dry_run: _DryRunOpt = False) -> None:
     """Put a guarded `ffmpeg` into a bin folder of ours; say how to put it first on PATH."""
-    from janitor.settings import Settings
-    from janitor.shim import default_bin_dir, install, path_snippets, state
+    from janitor.config.settings import Settings
+    from janitor.jobs.shim import default_bin_dir, install, path_snippets, state
 
     settings = Settings.load(_G.config, policy=_G.policy)
     folder = bin_dir or default_bin_dir()
@@ -890,8 +890,8 @@ def shim_install(bin_dir: _ShimDirOpt = None, dry_run: _DryRunOpt = False) -> No
 def shim_status(bin_dir: _ShimDirOpt = None, as_json: JsonOpt = False) -> None:
     """Is the guard installed, current, first on PATH, and which ffmpeg does it run? (exit 1
     if it would not guard a call from this shell)."""
-    from janitor.settings import Settings
-    from janitor.shim import state
+    from janitor.config.settings import Settings
+    from janitor.jobs.shim import state
 
     st = state(Settings.load(_G.config, policy=_G.policy), bin_dir)
     if as_json:
@@ -914,7 +914,7 @@ def shim_status(bin_dir: _ShimDirOpt = None, as_json: JsonOpt = False) -> None:
 @shim_app.command("uninstall")
 def shim_uninstall(bin_dir: _ShimDirOpt = None, dry_run: _DryRunOpt = False) -> None:
     """Remove the guarded ffmpeg (only a guard of ours is removed)."""
-    from janitor.shim import default_bin_dir, uninstall
+    from janitor.jobs.shim import default_bin_dir, uninstall
 
     folder = bin_dir or default_bin_dir()
     removed = uninstall(folder, dry_run=dry_run)
@@ -935,8 +935,8 @@ _PlatformOpt = Annotated[
 
 
 def _service(platform: str | None) -> Any:
+    from janitor.config.settings import Settings
     from janitor.service import service_for
-    from janitor.settings import Settings
 
     settings = Settings.load(_G.config, policy=_G.policy)
     return service_for(platform or sys.platform, settings, say=_say)
@@ -987,8 +987,8 @@ def service_logs(
 @app.command()
 def doctor(as_json: JsonOpt = False) -> None:
     """Check config, policy, trees, volumes, ledger, daemon and OS limits; exit 1 on a failure."""
+    from janitor.config.settings import Settings
     from janitor.doctor import run_checks
-    from janitor.settings import Settings
 
     settings = Settings.load(_G.config, policy=_G.policy)
     checks = run_checks(settings)
@@ -1014,7 +1014,7 @@ def doctor(as_json: JsonOpt = False) -> None:
 @app.command()
 def paths(as_json: JsonOpt = False) -> None:
     """Every path the janitor resolved: config, policy, state, ledger, runtime, socket, log."""
-    from janitor.settings import Settings, default_config_path
+    from janitor.config.settings import Settings, default_config_path
 
     s = Settings.load(_G.config, policy=_G.policy)
     data = {
@@ -1041,7 +1041,7 @@ def paths(as_json: JsonOpt = False) -> None:
 
 
 def _policy_dict(jan_policy: Any) -> dict[str, Any]:
-    from janitor.space import device_of, volume_stats
+    from janitor.host.space import device_of, volume_stats
 
     trees: dict[str, Any] = {}
     volumes: dict[int, dict[str, Any]] = {}
@@ -1094,8 +1094,8 @@ def policy_validate(
     file: Annotated[Path, typer.Argument(help="Policy file to check.")],
 ) -> None:
     """Check a policy file; exit 0 if it loads, 2 with every problem (key, value, wanted) if not."""
-    from janitor.policy import load_policy
-    from janitor.settings import Settings
+    from janitor.config.policy import load_policy
+    from janitor.config.settings import Settings
 
     settings = Settings.load(_G.config)
     pol = load_policy(file, state_dir=settings.state_dir)

@@ -40,7 +40,7 @@ def default_config_path() -> Path:
 
 def shipped_policy_path() -> Path:
     """The default policy, ``batchalign3.toml``, as installed inside the package (or the repo)."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # the janitor package
     for candidate in (
         here / "policies" / "batchalign3.toml",
         here.parent / "policies" / "batchalign3.toml",

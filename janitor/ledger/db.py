@@ -1,7 +1,7 @@
 """The ledger: one SQLite file (WAL) that every janitor process shares, daemon or not.
 
 It holds reservations, pins, touches, free-space samples and a log of what was granted, refused,
-released and deleted. Writers first queue for the writer lock (janitor.writelock: one at a
+released and deleted. Writers first queue for the writer lock (janitor.ledger.writelock: one at a
 time, in arrival order, timing out with a clear error), then take SQLite's own write lock with
 ``BEGIN IMMEDIATE``, so callers never see "database is locked" and a contended write waits a
 few transactions, not the luck of the scheduler.
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from janitor.errors import LedgerError, LedgerFull
-from janitor.writelock import WriterLock
+from janitor.ledger.writelock import WriterLock
 
 __all__ = ["SCHEMA_VERSION", "Ledger", "LogEntry", "db_path", "py_path"]
 
@@ -207,7 +207,7 @@ class Ledger:
         self._pid = os.getpid()
         self._wal_path = self.path.with_name(self.path.name + "-wal")
         self._last_checkpoint = 0.0
-        # Writers queue here, in arrival order, before SQLite's own lock: see janitor.writelock.
+        # Writers queue here, in arrival order, before SQLite's own lock (janitor.ledger.writelock).
         self._writer = WriterLock(
             self.path.with_name(self.path.name + ".lock"), timeout=lock_timeout
         )
@@ -242,7 +242,7 @@ class Ledger:
             conn = sqlite3.connect(
                 self.path, timeout=self.lock_timeout, isolation_level=None, check_same_thread=False
             )
-            # Writers already queue in janitor.writelock; what still meets SQLite's lock is
+            # Writers already queue in janitor.ledger.writelock; what still meets SQLite's lock is
             # rare and short (opening a WAL another process is recovering or checkpointing,
             # a reader's snapshot), so SQLite's own busy handler may wait the whole timeout:
             # under load, 50 ms was not enough and surfaced as "locked".

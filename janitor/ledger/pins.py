@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from janitor.errors import UnknownPin
-from janitor.ledger import Ledger, db_path, py_path
-from janitor.owner import is_alive
+from janitor.host.owner import is_alive
+from janitor.ledger.db import Ledger, db_path, py_path
 
 if TYPE_CHECKING:
     from types import TracebackType

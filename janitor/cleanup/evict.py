@@ -27,13 +27,13 @@ from typing import Any, Literal, NamedTuple, get_args
 
 import numpy as np
 
-from janitor import inuse
-from janitor.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
-from janitor.ledger import Ledger, py_path
-from janitor.policy import TreePolicy
-from janitor.scan import Entry, Snapshot, gc_paused
-from janitor.space import volume_stats
-from janitor.units import Floats, Ints, LazySequence, Unit, UnitTable, column, unit_key_for
+from janitor.cleanup.scan import Entry, Snapshot, gc_paused
+from janitor.cleanup.units import Floats, Ints, LazySequence, Unit, UnitTable, column, unit_key_for
+from janitor.config.policy import TreePolicy
+from janitor.host import inuse
+from janitor.host.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
+from janitor.host.space import volume_stats
+from janitor.ledger.db import Ledger, py_path
 
 __all__ = [
     "KEEP_REASONS",

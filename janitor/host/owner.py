@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from janitor.fastpaths import LINUX
+from janitor.host.fastpaths import LINUX
 
 __all__ = [
     "LAUNCHERS",

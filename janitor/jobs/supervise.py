@@ -30,7 +30,7 @@ try:  # the C module: ``signal`` builds its enums at import, 8 ms on every guard
 except ImportError:  # pragma: no cover - not CPython
     import signal  # type: ignore[no-redef,unused-ignore]
 
-from janitor.fastpaths import LINUX, PORTABLE
+from janitor.host.fastpaths import LINUX, PORTABLE
 
 # The guarded ffmpeg imports this module on every call: no typing at run time.
 TYPE_CHECKING = False

@@ -457,7 +457,7 @@ class Policy(_Model):
 
 
 def _device_of(path: Path) -> int:
-    from janitor.space import device_of
+    from janitor.host.space import device_of
 
     return device_of(path)
 

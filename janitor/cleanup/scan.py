@@ -4,7 +4,7 @@ The walk never follows a symlink, never crosses into another filesystem, counts 
 file once, takes names that are not valid UTF-8 (kept with ``surrogateescape``, as ``os`` does),
 and skips a folder that vanishes, cannot be read or is swapped for another between its lstat and
 its open, counting it instead of failing. Trees of any depth are walked without recursion and
-with a bounded number of open folders, relative to their parents (``janitor.fdwalk``): no full
+with a bounded number of open folders, relative to their parents (``janitor.host.fdwalk``): no full
 path longer than the root's is ever passed to the kernel.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, cast
 
-from janitor.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
+from janitor.host.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
 
 __all__ = ["Entry", "Snapshot", "display_path", "gc_paused", "scan"]
 

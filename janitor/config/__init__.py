@@ -1,0 +1,1 @@
+"""What the user configured: the service settings and the cleanup/reservation policy."""

@@ -1,0 +1,1 @@
+"""Running the commands that write: supervision, ``exec``, ``run`` and the ffmpeg guard."""
