@@ -6,8 +6,8 @@ guard works out the files ffmpeg will write and their bytes (janitor.jobs.ffmpeg
 the trees that hold them (janitor.jobs.writes; through the daemon's socket when it runs, else
 through the ledger directly), then runs the real ffmpeg under the same supervision as
 ``janitor exec`` (janitor.jobs.supervise): stopped when its reservation is put at risk or its
-output outgrows the reservation, and never outliving the guard. Arguments, stdin, stdout, stderr and the exit status
-are ffmpeg's own; signals sent to the guard reach ffmpeg.
+output outgrows the reservation, and never outliving the guard. Arguments, stdin, stdout, stderr
+and the exit status are ffmpeg's own; signals sent to the guard reach ffmpeg.
 
 A call it cannot estimate (video, compressed outputs, ``-f null``, pipes, ``-version``, unknown
 options) or whose outputs lie on no managed volume is handed to the real ffmpeg with ``exec``:
