@@ -16,6 +16,7 @@ from janitor.errors import (
     PolicyError,
     ReservationRefused,
     SpaceRisk,
+    UnknownPin,
     UnknownReservation,
     UnknownTree,
 )
@@ -24,10 +25,16 @@ TYPE_CHECKING = False  # not typing's: the guarded ffmpeg imports this package o
 if TYPE_CHECKING:
     from typing import Any
 
-    from janitor.admission.reserve import Admission, Reservation, ReservationInfo
+    from janitor.admission.reserve import Admission, RiskDecision
+    from janitor.admission.volume import Volume
+    from janitor.cleanup.sweep import SweepResult
     from janitor.config.settings import Settings
     from janitor.core import Janitor
-    from janitor.status import Status
+    from janitor.handles import Pin, Reservation
+    from janitor.ledger.log import LogEntry
+    from janitor.ledger.pins import PinInfo
+    from janitor.ledger.reservations import ReservationInfo
+    from janitor.status import Status, TreeStatus
 
 __version__ = "0.1.0"
 
@@ -38,15 +45,23 @@ __all__ = [
     "JanitorError",
     "LedgerError",
     "LedgerFull",
+    "LogEntry",
+    "Pin",
+    "PinInfo",
     "PolicyError",
     "Reservation",
     "ReservationInfo",
     "ReservationRefused",
+    "RiskDecision",
     "Settings",
     "SpaceRisk",
     "Status",
+    "SweepResult",
+    "TreeStatus",
+    "UnknownPin",
     "UnknownReservation",
     "UnknownTree",
+    "Volume",
     "__version__",
 ]
 
@@ -54,10 +69,17 @@ __all__ = [
 _LAZY = {
     "Janitor": "janitor.core",
     "Admission": "janitor.admission.reserve",
-    "Reservation": "janitor.admission.reserve",
-    "ReservationInfo": "janitor.admission.reserve",
+    "RiskDecision": "janitor.admission.reserve",
+    "Volume": "janitor.admission.volume",
+    "SweepResult": "janitor.cleanup.sweep",
     "Settings": "janitor.config.settings",
+    "Pin": "janitor.handles",
+    "Reservation": "janitor.handles",
+    "LogEntry": "janitor.ledger.log",
+    "PinInfo": "janitor.ledger.pins",
+    "ReservationInfo": "janitor.ledger.reservations",
     "Status": "janitor.status",
+    "TreeStatus": "janitor.status",
 }
 
 

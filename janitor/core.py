@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from janitor.admission.reserve import (
     Admission,
-    Reservation,
-    ReservationInfo,
     RiskDecision,
     admit,
     assess_risk,
     cover_reservation,
     end_reservation,
     get_reservation,
+    grow_reservation,
     live_reservations,
     measure,
+    reap,
     renew_reservation,
     resolve_path,
     tree_on,
@@ -34,15 +34,18 @@ from janitor.admission.reserve import (
 from janitor.config.policy import Policy, load_policy
 from janitor.config.settings import Settings
 from janitor.errors import ConfigError, SpaceRisk
+from janitor.handles import Pin, Reservation
 from janitor.host.owner import process_start
 from janitor.host.space import device_of
-from janitor.ledger.db import Ledger, LogEntry
+from janitor.ledger.db import Ledger
+from janitor.ledger.log import LogEntry
+from janitor.ledger.pins import PinInfo
+from janitor.ledger.reservations import ReservationInfo
 from janitor.sizes import parse_duration, parse_size
 from janitor.status import Status, collect_status
 
 if TYPE_CHECKING:
-    from janitor.cleanup.sweep import SweepResult
-    from janitor.ledger.pins import Pin, PinInfo
+    from janitor.cleanup.sweep import EmergencyResult, SweepResult
 
 __all__ = ["Janitor"]
 
@@ -126,8 +129,8 @@ class Janitor:
         tried_room = False
         while True:
             decision, info = self.ledger.call(
-                lambda conn, freed=evicted: admit(
-                    conn,
+                lambda tx, freed=evicted: admit(
+                    tx,
                     self.policy,
                     tree_policy,
                     size,
@@ -161,8 +164,8 @@ class Janitor:
         where = None if path is None else resolve_path(tree_policy, path)
         pid, start = os.getpid(), None
         decision, _ = self.ledger.call(
-            lambda conn: admit(
-                conn,
+            lambda tx: admit(
+                tx,
                 self.policy,
                 tree_policy,
                 size,
@@ -191,13 +194,11 @@ class Janitor:
         """Raise a live reservation to ``nbytes`` in all, for a writer that learns its size late;
         ReservationRefused (with the numbers) if the rest does not fit. A smaller total gives
         the difference back."""
-        from janitor.admission.reserve import grow_reservation
-
         size = self._size(nbytes)
         info = self.get(reservation_id)
         tree_policy = self.policy.tree(info.tree)
         decision, grown = self.ledger.call(
-            lambda conn: grow_reservation(conn, self.policy, tree_policy, reservation_id, size)
+            lambda tx: grow_reservation(tx, self.policy, tree_policy, reservation_id, size)
         )
         if grown is None:
             raise decision.refusal()
@@ -209,8 +210,8 @@ class Janitor:
         ``at_risk`` is shown only while its volume is below the floor now: a mark the next
         decision will clear no longer stops anyone (``check()`` reads it the same way).
         """
-        with self.ledger.read() as conn:
-            info = get_reservation(conn, reservation_id)
+        with self.ledger.read() as tx:
+            info = get_reservation(tx, reservation_id)
         if info.at_risk is not None and not self._below_floor(info):
             info = replace(info, at_risk=None)
         return info
@@ -226,8 +227,8 @@ class Janitor:
 
     def reservations(self) -> list[ReservationInfo]:
         """Every live reservation, oldest first, with outstanding bytes measured now."""
-        with self.ledger.read() as conn:
-            return live_reservations(conn)
+        with self.ledger.read() as tx:
+            return live_reservations(tx)
 
     def _below_floor(self, info: ReservationInfo) -> bool:
         tree = self.policy.trees.get(info.tree)
@@ -249,11 +250,8 @@ class Janitor:
             _, _, free, floor = measure(self.policy, tree)
             if free >= floor:
                 return
-        with self.ledger.read() as conn:
-            row = conn.execute(
-                "SELECT at_risk, device FROM reservations WHERE id = ?", (info.id,)
-            ).fetchone()
-        reason = None if row is None else row[0]
+        with self.ledger.read() as tx:
+            reason = tx.reservations.at_risk(info.id)
         if reason is None and tree is not None and not self.daemon_watches(info.device):
             decision = self.relieve(info.device)
             if decision is not None and info.id in decision.at_risk:
@@ -264,9 +262,9 @@ class Janitor:
     def daemon_watches(self, device: int) -> bool:
         """True while a daemon samples volume ``device`` (its reading in the ledger is fresh)."""
         window = max(5.0, 3 * self.settings.sample_interval_s)
-        with self.ledger.read() as conn:
-            row = conn.execute("SELECT updated FROM volumes WHERE device = ?", (device,)).fetchone()
-        return row is not None and time.time() - float(row[0]) < window
+        with self.ledger.read() as tx:
+            updated = tx.volumes.updated(device)
+        return updated is not None and time.time() - updated < window
 
     def assess_risk(self, device: int) -> RiskDecision | None:
         """Mark the fewest reservations on volume ``device`` whose stopping covers what it lacks
@@ -274,7 +272,7 @@ class Janitor:
         tree = tree_on(self.policy, device)
         if tree is None:
             return None
-        decision: RiskDecision = self.ledger.call(lambda conn: assess_risk(conn, self.policy, tree))
+        decision: RiskDecision = self.ledger.call(lambda tx: assess_risk(tx, self.policy, tree))
         return decision
 
     def relieve(self, device: int, *, evict: bool = True) -> RiskDecision | None:
@@ -294,8 +292,8 @@ class Janitor:
                 _, _, free, floor = measure(self.policy, tree)
                 if free >= floor:
                     return 0
-                with self.ledger.read() as conn:
-                    live = live_reservations(conn, device=device)
+                with self.ledger.read() as tx:
+                    live = live_reservations(tx, device=device)
                 return floor + sum(r.outstanding for r in live) - free
 
             make_room(
@@ -353,6 +351,13 @@ class Janitor:
             progress=progress,
         )
 
+    def emergency(self, *, dry_run: bool = False) -> EmergencyResult:
+        """For a disk that is already full: free every ballast, then evict caches below
+        free_low, writing nothing to the ledger (`janitor emergency`)."""
+        from janitor.cleanup.sweep import emergency
+
+        return emergency(self.policy, self.ledger, self.settings.state_dir, dry_run=dry_run)
+
     def _tree_of(self, path: str | os.PathLike[str]) -> tuple[str, str]:
         absolute = os.path.normpath(os.path.abspath(os.fspath(path)))
         for name, tree in self.policy.trees.items():
@@ -372,38 +377,30 @@ class Janitor:
         ttl: float | str | None = None,
     ) -> Pin:
         """Protect a cache entry (file or folder) from eviction while the owner lives."""
-        from janitor.ledger.pins import Pin, add_pin
-
         tree, where = self._tree_of(path)
         pid, start = self._owner(owner_pid)
         seconds = None if ttl is None else self._ttl(ttl)
         info = self.ledger.call(
-            lambda conn: add_pin(conn, tree, where, owner_pid=pid, owner_start=start, ttl=seconds)
+            lambda tx: tx.pins.add(tree, where, owner_pid=pid, owner_start=start, ttl=seconds)
         )
         return Pin(self, info)
 
     def unpin(self, key: str | os.PathLike[str]) -> list[PinInfo]:
         """End a pin by id, or every live pin on a path."""
-        from janitor.ledger.pins import end_pin
-
         text = os.fspath(key)
         if not text.startswith("p-"):
             text = os.path.normpath(os.path.abspath(text))
-        return self.ledger.call(end_pin, text)
+        return self.ledger.call(lambda tx: tx.pins.end(text))
 
     def pins(self) -> list[PinInfo]:
         """Every pin that protects now."""
-        from janitor.ledger.pins import live_pins
-
-        with self.ledger.read() as conn:
-            return live_pins(conn)
+        with self.ledger.read() as tx:
+            return tx.pins.live()
 
     def touch(self, *paths: str | os.PathLike[str]) -> None:
         """Record a use of each path, so LRU eviction sees it as recently used."""
-        from janitor.ledger.pins import record_touches
-
         resolved = [self._tree_of(p)[1] for p in paths]
-        self.ledger.call(lambda conn: record_touches(conn, resolved))
+        self.ledger.call(lambda tx: tx.touches.record(resolved))
 
     def log(self, *, since: float | None = None, events: tuple[str, ...] = ()) -> list[LogEntry]:
         """The ledger's log: grants, refusals, releases, deletions ... oldest first."""
@@ -411,14 +408,17 @@ class Janitor:
 
     def samples(self, since_s: float = 3600.0) -> dict[int, list[tuple[float, int]]]:
         """The daemon's free-space samples per volume over the last ``since_s`` seconds."""
-        cutoff = time.time() - since_s
-        out: dict[int, list[tuple[float, int]]] = {}
-        with self.ledger.read() as conn:
-            for device, ts, free in conn.execute(
-                "SELECT device, ts, free FROM samples WHERE ts >= ? ORDER BY ts", (cutoff,)
-            ):
-                out.setdefault(int(device), []).append((float(ts), int(free)))
-        return out
+        with self.ledger.read() as tx:
+            return tx.samples.since(time.time() - since_s)
+
+    def reap(self, now: float | None = None) -> tuple[list[ReservationInfo], int]:
+        """End the reservations and pins whose owner died or whose TTL passed, in one
+        transaction; returns the reservations ended and how many pins."""
+        at = time.time() if now is None else now
+        ended: tuple[list[ReservationInfo], int] = self.ledger.call(
+            lambda tx: (reap(tx, at), tx.pins.reap(at))
+        )
+        return ended
 
     # -- status --------------------------------------------------------------------------------
 

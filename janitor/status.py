@@ -12,11 +12,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from janitor.admission.reserve import ReservationInfo, live_reservations
-from janitor.admission.risk import Forecast, Level, assess
+from janitor.admission.reserve import live_reservations
+from janitor.admission.volume import Forecast, Level, assess
 from janitor.config.policy import Policy, TreePolicy
 from janitor.host.space import VolumeStats, allocated_size, volume_stats
 from janitor.ledger.db import Ledger
+from janitor.ledger.reservations import ReservationInfo
 
 __all__ = [
     "Level",
@@ -168,14 +169,9 @@ def collect_status(policy: Policy, ledger: Ledger, *, with_usage: bool = True) -
                 low_watermark=tree.low_bytes(vol.total),
             )
         )
-    with ledger.read() as conn:
-        live = live_reservations(conn, now=now)
-        forecasts = {
-            row[0]: row[1:]
-            for row in conn.execute(
-                "SELECT device, fill_rate, eta_floor, eta_full, confidence, updated FROM volumes"
-            ).fetchall()
-        }
+    with ledger.read() as tx:
+        live = live_reservations(tx, now=now)
+        forecasts = tx.volumes.forecasts()
     volumes = []
     for device, vol in stats.items():
         vp = policy.volume_policy(device)

@@ -31,11 +31,14 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from janitor.ledger.db import Ledger
 
 MiB = 1024 * 1024
 
@@ -556,3 +559,17 @@ def run_cli_many() -> Callable[..., list[subprocess.CompletedProcess[str]]]:
         return results
 
     return run
+
+
+@contextmanager
+def raw_sql(ledger: Ledger) -> Iterator[sqlite3.Connection]:
+    """A plain SQLite connection to a ledger's file (created first), committed on exit: for
+    tests that fabricate rows (old lines, a daemon's forecast) or read a table directly."""
+    with ledger.read():
+        pass
+    conn = sqlite3.connect(ledger.path, timeout=30)
+    try:
+        with conn:
+            yield conn
+    finally:
+        conn.close()

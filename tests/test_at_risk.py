@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -222,22 +223,24 @@ def test_a_restarted_daemon_clears_marks_it_cannot_justify(
                 d.proc.send_signal(signal.SIGKILL)  # a crash: the mark stays in the ledger
                 d.proc.wait()
             os.unlink(outside)
-            with jan.ledger.read() as conn:
-                (flag,) = conn.execute(
-                    "SELECT at_risk FROM reservations WHERE id = ?", (r.id,)
-                ).fetchone()
-            assert flag is not None
+            assert _raw_flag(setup.ledger, r.id) is not None
             with running_daemon(setup):
-                eventually(lambda: _raw_flag(jan, r.id) is None, what="the stale mark cleared")
+                eventually(
+                    lambda: _raw_flag(setup.ledger, r.id) is None, what="the stale mark cleared"
+                )
             r.check()
             r.release()
         finally:
             jan.ledger.close()
 
 
-def _raw_flag(jan: Janitor, rid: str) -> str | None:
-    with jan.ledger.read() as conn:
+def _raw_flag(ledger: Path, rid: str) -> str | None:
+    """The reservation's at_risk column as stored, read on a connection of our own."""
+    conn = sqlite3.connect(f"file:{ledger}?mode=ro", uri=True)
+    try:
         row = conn.execute("SELECT at_risk FROM reservations WHERE id = ?", (rid,)).fetchone()
+    finally:
+        conn.close()
     return None if row is None else row[0]
 
 

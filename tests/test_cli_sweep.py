@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from janitor import Janitor
-from janitor.ledger.db import Ledger
 
 from ._enforce_helpers import (
     DAY,
@@ -209,8 +208,7 @@ def test_log_since_json(two_caches: tuple[Path, Path, Path]) -> None:
     try:
         # An entry from two hours ago, written through the ledger's own API.
         jan.ledger.call(
-            lambda conn: Ledger.log(
-                conn,
+            lambda tx: tx.log.add(
                 "delete",
                 tree="one",
                 path="/old/entry.wav",

@@ -398,18 +398,25 @@ def test_the_daemon_prunes_what_the_ledger_no_longer_needs(tmp_path: Path) -> No
         ledger = Ledger(setup.ledger)
         now = time.time()
         old = now - 40 * 86400
-        with ledger.write() as conn:
+        with ledger.write() as tx:
             for i in range(12_000):  # more than one prune batch
-                Ledger.log(conn, "grant", ts=old + i)
-            Ledger.log(conn, "grant", ts=now - 60, recent=True)
-            for rid, state, ended in [("r-old", "released", old), ("r-new", "released", now)]:
-                conn.execute(
+                tx.log.add("grant", ts=old + i)
+            tx.log.add("grant", ts=now - 60, recent=True)
+            tx.samples.add(1, old, 1, 1)
+        ledger.close()
+        conn = sqlite3.connect(setup.ledger)  # ended reservations, as old as we like
+        try:
+            with conn:
+                conn.executemany(
                     "INSERT INTO reservations (id, tree, device, volume, bytes, owner_pid, "
                     "created, expires, state, ended) VALUES (?, 'cache', 1, '/', 1, 1, ?, ?, ?, ?)",
-                    (rid, old, old + 1, state, ended),
+                    [
+                        (rid, old, old + 1, "released", ended)
+                        for rid, ended in [("r-old", old), ("r-new", now)]
+                    ],
                 )
-            conn.execute("INSERT INTO samples VALUES (1, ?, 1, 1)", (old,))
-        ledger.close()
+        finally:
+            conn.close()
 
         def pruned() -> bool:
             with sqlite3.connect(setup.ledger) as conn:

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from janitor import Janitor, inuse
+from janitor import Janitor
 from janitor.cleanup.evict import Outcome, Plan, Report, apply
+from janitor.host import inuse
 
 from ._enforce_helpers import (
     DAY,

@@ -20,7 +20,7 @@ from janitor import Janitor
 from janitor.errors import LedgerError
 from janitor.ledger.db import SCHEMA_VERSION, Ledger
 
-from .conftest import JanitorEnv
+from .conftest import JanitorEnv, raw_sql
 
 #: The schema-1 tables that changed, as schema 1 created them.
 _V1 = """
@@ -239,9 +239,9 @@ def test_two_grants_that_draw_the_same_id_both_succeed(
 
 
 def _append_log(ledger: Ledger, times: list[float]) -> None:
-    with ledger.write() as conn:
+    with ledger.write() as tx:
         for ts in times:
-            Ledger.log(conn, "grant", ts=ts)
+            tx.log.add("grant", ts=ts)
 
 
 @pytest.mark.parametrize("gap", [False, True])
@@ -250,7 +250,7 @@ def test_log_since_finds_the_first_line_at_that_time(tmp_path: Path, gap: bool) 
     times = [1000.0 + i // 3 for i in range(60)]  # three lines a second, ties included
     _append_log(ledger, times)
     if gap:  # holes in the ids, as pruning and deletes leave them
-        with ledger.write() as conn:
+        with raw_sql(ledger) as conn:
             conn.execute("DELETE FROM log WHERE id % 4 = 0 OR id BETWEEN 20 AND 35")
     kept = [e.ts for e in ledger.entries()]
     for since in [0.0, 999.5, 1000.0, 1003.0, 1006.5, 1011.0, 1019.0, 1020.0, 5000.0]:
@@ -282,7 +282,7 @@ def test_prune_drops_what_is_past_its_time_in_batches_and_keeps_the_newest_line(
     now = time.time()
     old = now - 40 * 86400
     _append_log(ledger, [old + i for i in range(25)])
-    with ledger.write() as conn:
+    with raw_sql(ledger) as conn:
         for i, (state, ended) in enumerate(
             [("released", old), ("expired", old), ("released", now), ("live", None)]
         ):
@@ -294,11 +294,11 @@ def test_prune_drops_what_is_past_its_time_in_batches_and_keeps_the_newest_line(
         conn.execute("INSERT INTO samples VALUES (1, ?, 1, 1), (1, ?, 1, 1)", (old, now))
     # Every log line is old: all go but the newest, 10 a call.
     rounds = 0
-    while ledger.call(lambda conn: ledger.prune(conn, batch=10)):
+    while ledger.prune(batch=10):
         rounds += 1
     assert rounds == 2
     assert [e.ts for e in ledger.entries()] == [old + 24]
-    with ledger.read() as conn:
+    with raw_sql(ledger) as conn:
         assert conn.execute("SELECT id FROM reservations ORDER BY id").fetchall() == [
             ("r-0000000000000002",),
             ("r-0000000000000003",),
@@ -309,6 +309,6 @@ def test_prune_drops_what_is_past_its_time_in_batches_and_keeps_the_newest_line(
     ids = [e.id for e in ledger.entries()]
     assert ids == sorted(ids) and ids[0] == 25 and len(ids) == 3
     _append_log(ledger, [now - 100])  # recent lines stay, the old one goes now
-    assert ledger.call(lambda conn: ledger.prune(conn, batch=10)) is False
+    assert ledger.prune(batch=10) is False
     assert [e.ts for e in ledger.entries()] == [now, now, now - 100]
     ledger.close()

@@ -10,7 +10,8 @@ import math
 
 import pytest
 
-from janitor.admission.risk import Forecast, LevelTracker, Reading, assess, finite, forecast
+from janitor.admission.risk import LevelTracker, finite, forecast
+from janitor.admission.volume import Forecast, Reading, assess
 
 MiB = 1024 * 1024
 

@@ -29,7 +29,7 @@ from janitor.cli.view import bar, render_status, sparkline
 from janitor.sizes import format_duration, format_size, parse_duration
 from janitor.status import Status
 
-from .conftest import JANITOR_BIN
+from .conftest import JANITOR_BIN, raw_sql
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -123,7 +123,7 @@ def make_scene(
 
 
 def add_samples(jan: Janitor, device: int, points: list[tuple[float, int]]) -> None:
-    with jan.ledger.write() as conn:
+    with raw_sql(jan.ledger) as conn:
         conn.executemany(
             "INSERT INTO samples (device, ts, free, total) VALUES (?, ?, ?, ?)",
             [(device, ts, free, 1 << 40) for ts, free in points],
@@ -140,7 +140,7 @@ def set_forecast(
     eta_floor: float | None,
     age: float = 0.0,
 ) -> None:
-    with jan.ledger.write() as conn:
+    with raw_sql(jan.ledger) as conn:
         conn.execute(
             "INSERT OR REPLACE INTO volumes (device, mount, level, reason, fill_rate, eta_floor,"
             " eta_full, confidence, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -218,7 +218,7 @@ def test_rendered_numbers_match_status_and_ledger(make_scene: Callable[..., Scen
     assert vol.reserved == 2 * MiB  # 3 MiB reserved, 1 MiB of it already written
     assert cells[4] == format_size(vol.reserved) == "2 MiB"
     assert cells[5] == format_size(vol.headroom)
-    with sc.jan.ledger.read() as conn:
+    with raw_sql(sc.jan.ledger) as conn:
         (ledger_bytes,) = conn.execute(
             "SELECT bytes FROM reservations WHERE id = ? AND state = 'live'",
             (sc.reservation_id,),

@@ -13,9 +13,12 @@ from pathlib import Path
 import pytest
 
 from janitor.errors import LedgerError
-from janitor.ledger.writelock import _COUNTER, _OFD, WriterLock
+from janitor.ledger.writelock import FairQueueWriterLock, WriterLock
+from janitor.ledger.writelock.fairqueue import _COUNTER
 
-needs_queue = pytest.mark.skipif(not _OFD, reason="the arrival-order queue needs Linux OFD locks")
+needs_queue = pytest.mark.skipif(
+    WriterLock is not FairQueueWriterLock, reason="the arrival-order queue needs Linux OFD locks"
+)
 
 # A child that takes the lock, appends its name to a file while holding it, then lets go.
 CHILD = textwrap.dedent(
@@ -218,7 +221,7 @@ def test_the_holder_tells_its_successor_to_get_ready_then_to_go(tmp_path: Path) 
     for about a turn), on leaving it rings "go"."""
     import socket
 
-    from janitor.ledger.writelock import _GO, _READY
+    from janitor.ledger.writelock.fairqueue import _GO, _READY
 
     path = tmp_path / "ledger.lock"
     path.touch()
@@ -261,7 +264,7 @@ def test_a_successor_told_to_get_ready_takes_the_lock_without_the_go(tmp_path: P
     import fcntl
     import socket
 
-    from janitor.ledger.writelock import _READY, _SLOTS, _range_lock
+    from janitor.ledger.writelock.fairqueue import _READY, _SLOTS, _range_lock
 
     path, out = tmp_path / "ledger.lock", tmp_path / "order"
     path.touch()
@@ -300,7 +303,7 @@ def test_a_writer_that_times_out_rings_no_ready_and_lets_the_next_one_go(tmp_pat
     import fcntl
     import socket
 
-    from janitor.ledger.writelock import _GO
+    from janitor.ledger.writelock.fairqueue import _GO
 
     path = tmp_path / "ledger.lock"
     path.touch()

@@ -12,12 +12,10 @@ ended first, at every admission, so no daemon is needed for them to stop countin
 from __future__ import annotations
 
 import os
-import secrets
 import select
-import sqlite3
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,19 +24,16 @@ from janitor.errors import ConfigError, ReservationRefused, UnknownReservation
 from janitor.host.fastpaths import LINUX
 from janitor.host.owner import is_alive
 from janitor.host.space import allocated_size, existing_ancestor, volume_stats
-from janitor.ledger.db import Ledger, db_path, py_path
+from janitor.ledger.paths import py_path
+from janitor.ledger.reservations import ReservationInfo, new_id, outstanding
 from janitor.sizes import format_size
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from janitor.config.policy import Policy, TreePolicy
-    from janitor.core import Janitor
+    from janitor.ledger.tx import Tx
 
 __all__ = [
     "Admission",
-    "Reservation",
-    "ReservationInfo",
     "RiskDecision",
     "admit",
     "assess_risk",
@@ -51,73 +46,6 @@ __all__ = [
     "resolve_path",
     "tree_on",
 ]
-
-_COLUMNS = (
-    "id, tree, device, volume, bytes, path, job, owner_pid, owner_start, created, expires, "
-    "state, ended, at_risk, command_pid, command_start"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class ReservationInfo:
-    """A reservation as the ledger holds it; ``outstanding`` is measured when it is read."""
-
-    id: str
-    tree: str
-    device: int
-    volume: str
-    bytes: int
-    path: str | None
-    job: str | None
-    owner_pid: int
-    owner_start: float | None
-    created: float
-    expires: float
-    state: str
-    ended: float | None = None
-    at_risk: str | None = None
-    outstanding: int = 0
-    #: The command a supervisor runs under the reservation (``janitor exec``, the guarded
-    #: ffmpeg): the reservation stays live while either process runs.
-    command_pid: int | None = None
-    command_start: float | None = None
-
-    @classmethod
-    def from_row(cls, row: tuple[Any, ...], *, measure: bool = True) -> ReservationInfo:
-        """A value from a ``SELECT {_COLUMNS}`` row, with its outstanding bytes measured."""
-        # Built once, with the path decoded and the bytes measured first: a release builds
-        # one under the writer lock, and dataclasses.replace() costs as much as the build.
-        path = row[5]
-        if isinstance(path, bytes):
-            path = py_path(path)
-        left = outstanding(row[4], path) if measure else 0
-        rid, tree, device, volume, nbytes, _, job, pid, start, created, expires, state = row[:12]
-        return cls(
-            rid,
-            tree,
-            device,
-            volume,
-            nbytes,
-            path,
-            job,
-            pid,
-            start,
-            created,
-            expires,
-            state,
-            row[12],
-            row[13],
-            left,
-            row[14],
-            row[15],
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON shape of a reservation (README: "JSON shapes")."""
-        data = asdict(self)
-        data.pop("owner_start")
-        data.pop("command_start")
-        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,13 +103,6 @@ class Admission:
         }
 
 
-def outstanding(nbytes: int, path: str | None) -> int:
-    """The part of a reservation not yet written: bytes minus its path's allocated size."""
-    if path is None:
-        return nbytes
-    return max(0, nbytes - allocated_size(path))
-
-
 def resolve_path(tree: TreePolicy, path: str | os.PathLike[str]) -> str:
     """``path`` made absolute; ConfigError unless it lies inside the tree's root.
 
@@ -207,9 +128,9 @@ def resolve_path(tree: TreePolicy, path: str | os.PathLike[str]) -> str:
     return os.path.join(base, os.path.relpath(real, root_real))
 
 
-def reap(conn: sqlite3.Connection, now: float) -> list[ReservationInfo]:
+def reap(tx: Tx, now: float) -> list[ReservationInfo]:
     """End live reservations whose TTL passed or whose owner died; returns the ones ended."""
-    return _reap_and_sum(conn, now, None)[0]
+    return _reap_and_sum(tx, now, None)[0]
 
 
 class _OwnerWatch:
@@ -284,15 +205,8 @@ class _OwnerWatch:
 
 _owners = _OwnerWatch()
 
-#: What _reap_and_sum reads of each live reservation (the rest only for the rare row it ends).
-_LIVE = "SELECT id, device, bytes, path, owner_pid, owner_start, expires, command_pid, "
-_LIVE += "command_start FROM reservations "
-_LIVE += "WHERE state = 'live'"
 
-
-def _reap_and_sum(
-    conn: sqlite3.Connection, now: float, device: int | None
-) -> tuple[list[ReservationInfo], int]:
+def _reap_and_sum(tx: Tx, now: float, device: int | None) -> tuple[list[ReservationInfo], int]:
     """One pass over the live reservations, inside the caller's write transaction.
 
     Ends those whose TTL passed or whose owner died and sums the outstanding bytes of the rest
@@ -303,7 +217,7 @@ def _reap_and_sum(
     ending: list[tuple[str, str]] = []
     reserved = 0
     alive: dict[tuple[int, float | None], bool] = {}
-    for rid, dev, nbytes, path, pid, start, expires, cpid, cstart in conn.execute(_LIVE):
+    for rid, dev, nbytes, path, pid, start, expires, cpid, cstart in tx.reservations.live_rows():
         if expires <= now:
             ending.append((rid, "expired"))
             continue
@@ -325,13 +239,10 @@ def _reap_and_sum(
                 reserved += outstanding(nbytes, py_path(path))
     ended = []
     for rid, state in ending:
-        row = conn.execute(f"SELECT {_COLUMNS} FROM reservations WHERE id = ?", (rid,)).fetchone()
-        info = ReservationInfo.from_row(row, measure=False)
-        conn.execute(
-            "UPDATE reservations SET state = ?, ended = ? WHERE id = ?", (state, now, info.id)
-        )
-        Ledger.log(
-            conn,
+        info = tx.reservations.get(rid, measure=False)
+        assert info is not None  # read in this very transaction
+        tx.reservations.end(info.id, state, now)
+        tx.log.add(
             state,
             tree=info.tree,
             device=info.device,
@@ -353,7 +264,7 @@ def owners_alive(info: ReservationInfo) -> bool:
 
 
 def live_reservations(
-    conn: sqlite3.Connection,
+    tx: Tx,
     *,
     device: int | None = None,
     now: float | None = None,
@@ -366,14 +277,8 @@ def live_reservations(
     has just reaped in the same transaction passes ``check_owners=False``.
     """
     now = time.time() if now is None else now
-    sql = f"SELECT {_COLUMNS} FROM reservations WHERE state = 'live'"
-    args: tuple[Any, ...] = ()
-    if device is not None:
-        sql += " AND device = ?"
-        args = (device,)
     out = []
-    for row in conn.execute(sql + " ORDER BY created", args).fetchall():
-        info = ReservationInfo.from_row(row, measure=False)
+    for info in tx.reservations.live(device):
         if info.expires <= now:
             continue
         if check_owners and not owners_alive(info):
@@ -421,22 +326,8 @@ def _measure_fast(policy: Policy, tree: TreePolicy) -> tuple[int, str, int, int]
     return vol.device, vol.mount, vol.free, floor
 
 
-def new_id(now: float) -> str:
-    """A reservation id such as ``r-19adf3c2b41e7a5c``: the creation time in milliseconds (11
-    hex digits), then 20 random bits.
-
-    Ids that rise with time keep the ledger's writes on its last pages (see janitor.ledger.db).
-    """
-    return f"r-{int(now * 1000) & 0xFFFFFFFFFFF:011x}{secrets.randbits(20):05x}"
-
-
-#: SQLITE_CONSTRAINT_PRIMARYKEY, the extended code of a duplicate id.
-_PRIMARY_KEY_TAKEN = 1555
-_INSERT = f"INSERT INTO reservations ({_COLUMNS}) VALUES ({','.join('?' * 16)})"
-
-
 def admit(
-    conn: sqlite3.Connection,
+    tx: Tx,
     policy: Policy,
     tree: TreePolicy,
     nbytes: int,
@@ -460,7 +351,7 @@ def admit(
     if device == -1:
         device = _measure_fast(policy, tree)[0]  # first admission on this tree here
     while True:
-        _, reserved = _reap_and_sum(conn, now, device)
+        _, reserved = _reap_and_sum(tx, now, device)
         # Free space is read after the reserved bytes are summed: a job writing meanwhile
         # only lowers free and raises what its reservation has written, which errs on the
         # safe side (the other order would count what it wrote as free and as still to come).
@@ -470,8 +361,7 @@ def admit(
         device = measured  # its volume changed meanwhile: sum again for the new one
     decision = Admission(tree.name, mount, device, nbytes, free, floor, reserved, evicted)
     if not decision.fits and grant:
-        Ledger.log(
-            conn,
+        tx.log.add(
             "refuse",
             tree=tree.name,
             device=device,
@@ -502,36 +392,8 @@ def admit(
         state="live",
         outstanding=outstanding(nbytes, path),
     )
-    row = [
-        info.id,
-        info.tree,
-        info.device,
-        info.volume,
-        info.bytes,
-        None if info.path is None else db_path(info.path),
-        info.job,
-        info.owner_pid,
-        info.owner_start,
-        info.created,
-        info.expires,
-        info.state,
-        None,
-        None,
-        None,
-        None,
-    ]
-    for attempt in range(8):
-        try:
-            conn.execute(_INSERT, row)
-            break
-        except sqlite3.IntegrityError as exc:
-            # Two grants in one millisecond drew the same 20 random bits: draw again.
-            if attempt == 7 or getattr(exc, "sqlite_errorcode", 0) != _PRIMARY_KEY_TAKEN:
-                raise
-            info = replace(info, id=new_id(now))
-            row[0] = info.id
-    Ledger.log(
-        conn,
+    info = tx.reservations.insert(info)
+    tx.log.add(
         "grant",
         tree=tree.name,
         device=device,
@@ -548,14 +410,14 @@ def admit(
     return decision, info
 
 
-def get_reservation(conn: sqlite3.Connection, rid: str) -> ReservationInfo:
+def get_reservation(tx: Tx, rid: str) -> ReservationInfo:
     """The reservation ``rid`` in any state; UnknownReservation if the ledger never had it."""
-    row = conn.execute(f"SELECT {_COLUMNS} FROM reservations WHERE id = ?", (rid,)).fetchone()
-    if row is None:
+    info = tx.reservations.get(rid)
+    if info is None:
         raise UnknownReservation(
             f"no reservation {rid!r} in the ledger; `janitor status` lists the live ones"
         )
-    return ReservationInfo.from_row(row)
+    return info
 
 
 def _require_live(info: ReservationInfo, verb: str) -> None:
@@ -570,43 +432,30 @@ def _require_live(info: ReservationInfo, verb: str) -> None:
         )
 
 
-#: SQLite 3.35 added RETURNING: a release is then one statement under the writer lock.
-_RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
-_END_LIVE = (
-    "UPDATE reservations SET state = 'released', ended = ? "
-    f"WHERE id = ? AND state = 'live' AND expires > ? RETURNING {_COLUMNS}"
-)
-
-
-def end_reservation(
-    conn: sqlite3.Connection, rid: str, *, now: float | None = None
-) -> ReservationInfo:
+def end_reservation(tx: Tx, rid: str, *, now: float | None = None) -> ReservationInfo:
     """Release a live reservation; UnknownReservation if it is unknown or already ended.
 
     A release needs no admission, so the usual case, a live reservation within its TTL, is a
     single UPDATE (and its log line); anything else takes the long way to say why it failed.
     """
     now = time.time() if now is None else now
-    if _RETURNING:
-        rows = conn.execute(_END_LIVE, (now, rid, now)).fetchall()
-        if rows:
-            info = ReservationInfo.from_row(rows[0])
-            _log_release(conn, info, now)
-            return info
-    info = get_reservation(conn, rid)
+    released = tx.reservations.release_live(rid, now)
+    if released is not None:
+        _log_release(tx, released, now)
+        return released
+    info = get_reservation(tx, rid)
     if info.state == "live" and info.expires <= now:
-        reap(conn, now)
-        info = get_reservation(conn, rid)
+        reap(tx, now)
+        info = get_reservation(tx, rid)
     _require_live(info, "release")
-    conn.execute("UPDATE reservations SET state = 'released', ended = ? WHERE id = ?", (now, rid))
+    tx.reservations.end(rid, "released", now)
     info = replace(info, state="released", ended=now)
-    _log_release(conn, info, now)
+    _log_release(tx, info, now)
     return info
 
 
-def _log_release(conn: sqlite3.Connection, info: ReservationInfo, now: float) -> None:
-    Ledger.log(
-        conn,
+def _log_release(tx: Tx, info: ReservationInfo, now: float) -> None:
+    tx.log.add(
         "release",
         tree=info.tree,
         device=info.device,
@@ -619,7 +468,7 @@ def _log_release(conn: sqlite3.Connection, info: ReservationInfo, now: float) ->
 
 
 def grow_reservation(
-    conn: sqlite3.Connection,
+    tx: Tx,
     policy: Policy,
     tree: TreePolicy,
     rid: str,
@@ -634,21 +483,18 @@ def grow_reservation(
     gives the difference back.
     """
     now = time.time() if now is None else now
-    reap(conn, now)
-    info = get_reservation(conn, rid)
+    reap(tx, now)
+    info = get_reservation(tx, rid)
     _require_live(info, "grow")
     device, mount, free, floor = measure(policy, tree)
     others = [
-        r
-        for r in live_reservations(conn, device=device, now=now, check_owners=False)
-        if r.id != rid
+        r for r in live_reservations(tx, device=device, now=now, check_owners=False) if r.id != rid
     ]
     reserved = sum(r.outstanding for r in others)
     written = info.bytes - info.outstanding
     decision = Admission(tree.name, mount, device, new_bytes - written, free, floor, reserved)
     if new_bytes > info.bytes and not decision.fits:
-        Ledger.log(
-            conn,
+        tx.log.add(
             "refuse",
             tree=tree.name,
             device=device,
@@ -662,9 +508,8 @@ def grow_reservation(
             grow=True,
         )
         return decision, None
-    conn.execute("UPDATE reservations SET bytes = ? WHERE id = ?", (new_bytes, rid))
-    Ledger.log(
-        conn,
+    tx.reservations.set_bytes(rid, new_bytes)
+    tx.log.add(
         "grow",
         tree=tree.name,
         device=device,
@@ -677,16 +522,11 @@ def grow_reservation(
     return decision, replace(info, bytes=new_bytes, outstanding=new_bytes - written)
 
 
-def cover_reservation(
-    conn: sqlite3.Connection, rid: str, pid: int, start: float | None
-) -> ReservationInfo:
+def cover_reservation(tx: Tx, rid: str, pid: int, start: float | None) -> ReservationInfo:
     """Keep a live reservation live while process ``pid`` runs too (its supervised command)."""
-    info = get_reservation(conn, rid)
+    info = get_reservation(tx, rid)
     _require_live(info, "cover a command with")
-    conn.execute(
-        "UPDATE reservations SET command_pid = ?, command_start = ? WHERE id = ?",
-        (pid, start, rid),
-    )
+    tx.reservations.set_command(rid, pid, start)
     return replace(info, command_pid=pid, command_start=start)
 
 
@@ -726,14 +566,8 @@ def risk_reason(decision: RiskDecision) -> str:
     )
 
 
-_CLEAR_RISK = (
-    "UPDATE reservations SET at_risk = NULL WHERE device = ? AND state = 'live' "
-    "AND at_risk IS NOT NULL"
-)
-
-
 def assess_risk(
-    conn: sqlite3.Connection, policy: Policy, tree: TreePolicy, *, now: float | None = None
+    tx: Tx, policy: Policy, tree: TreePolicy, *, now: float | None = None
 ) -> RiskDecision:
     """Decide, inside the caller's write transaction, which reservations on ``tree``'s volume
     must stop, and mark them (``at_risk``); clear the marks no longer needed.
@@ -745,28 +579,16 @@ def assess_risk(
     now = time.time() if now is None else now
     device, mount, free, floor = _measure_fast(policy, tree)
     if free >= floor:
-        cleared = tuple(
-            r[0]
-            for r in conn.execute(
-                "SELECT id FROM reservations WHERE device = ? AND state = 'live' "
-                "AND at_risk IS NOT NULL",
-                (device,),
-            ).fetchall()
-        )
+        cleared = tx.reservations.marked_on(device)
         if cleared:
-            conn.execute(_CLEAR_RISK, (device,))
+            tx.reservations.clear_marks_on(device)
             for rid in cleared:
-                Ledger.log(conn, "risk-cleared", device=device, reservation=rid, ts=now)
+                tx.log.add("risk-cleared", device=device, reservation=rid, ts=now)
         return RiskDecision(device, mount, free, floor, 0, 0, (), (), cleared)
-    _reap_and_sum(conn, now, None)  # end what dead owners left, so it is neither counted nor told
-    rows = conn.execute(
-        "SELECT id, bytes, path, created, at_risk, job, tree FROM reservations "
-        "WHERE state = 'live' AND device = ?",
-        (device,),
-    ).fetchall()
+    _reap_and_sum(tx, now, None)  # end what dead owners left, so it is neither counted nor told
     claims = []
     jobs: dict[str, str | None] = {}
-    for rid, nbytes, path, created, flag, job, _tree in rows:
+    for rid, nbytes, path, created, flag, job in tx.reservations.claims(device):
         written = 0 if path is None else allocated_size(py_path(path))
         left = max(0, nbytes - written)
         claims.append(Claim(rid, left, created, flag is not None, written))
@@ -782,9 +604,8 @@ def assess_risk(
     if marked:
         reason = risk_reason(decision)
         for rid in marked:
-            conn.execute("UPDATE reservations SET at_risk = ? WHERE id = ?", (reason, rid))
-            Ledger.log(
-                conn,
+            tx.reservations.mark(rid, reason)
+            tx.log.add(
                 "at-risk",
                 device=device,
                 reservation=rid,
@@ -795,8 +616,8 @@ def assess_risk(
                 deficit=deficit,
             )
     for rid in cleared:
-        conn.execute("UPDATE reservations SET at_risk = NULL WHERE id = ?", (rid,))
-        Ledger.log(conn, "risk-cleared", device=device, reservation=rid, ts=now)
+        tx.reservations.mark(rid, None)
+        tx.log.add("risk-cleared", device=device, reservation=rid, ts=now)
     return replace(decision, marked=marked, cleared=cleared)
 
 
@@ -816,87 +637,12 @@ def tree_on(policy: Policy, device: int) -> TreePolicy | None:
     return None
 
 
-def renew_reservation(
-    conn: sqlite3.Connection, rid: str, ttl: float, *, now: float | None = None
-) -> ReservationInfo:
+def renew_reservation(tx: Tx, rid: str, ttl: float, *, now: float | None = None) -> ReservationInfo:
     """Push a live reservation's expiry to now + ttl."""
     now = time.time() if now is None else now
-    reap(conn, now)
-    info = get_reservation(conn, rid)
+    reap(tx, now)
+    info = get_reservation(tx, rid)
     _require_live(info, "renew")
-    conn.execute("UPDATE reservations SET expires = ? WHERE id = ?", (now + ttl, rid))
-    Ledger.log(conn, "renew", tree=info.tree, device=info.device, reservation=rid, ts=now, ttl=ttl)
+    tx.reservations.set_expires(rid, now + ttl)
+    tx.log.add("renew", tree=info.tree, device=info.device, reservation=rid, ts=now, ttl=ttl)
     return replace(info, expires=now + ttl)
-
-
-class Reservation:
-    """A granted reservation, held by this process; a context manager that releases on exit.
-
-    >>> with jan.reserve("media_cache", "2G", path=out) as r:   # doctest: +SKIP
-    ...     convert(out)
-    ...     r.check()          # SpaceRisk once the volume is critical: stop early
-    """
-
-    def __init__(self, janitor: Janitor, info: ReservationInfo) -> None:
-        self._janitor = janitor
-        self.info = info
-        self._released = False
-
-    @property
-    def id(self) -> str:
-        """The reservation's id, e.g. ``r-3f2a9c1b7d0e4a65``."""
-        return self.info.id
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes granted."""
-        return self.info.bytes
-
-    @property
-    def path(self) -> Path | None:
-        """The file or folder the reservation writes to, if one was given."""
-        return None if self.info.path is None else Path(self.info.path)
-
-    @property
-    def released(self) -> bool:
-        """True once release() ran (or the context exited)."""
-        return self._released
-
-    def release(self) -> None:
-        """End the reservation now. Releasing twice, or after it expired, is harmless."""
-        if self._released:
-            return
-        self._released = True
-        try:
-            self._janitor.release(self.id)
-        except UnknownReservation:
-            pass  # expired or reaped already: the bytes no longer count either way
-
-    def renew(self, ttl: float | str | None = None) -> None:
-        """Extend the TTL to now + ``ttl`` (the janitor's default TTL if None)."""
-        self.info = self._janitor.renew(self.id, ttl)
-
-    def grow(self, nbytes: int | str) -> None:
-        """Raise the reservation to ``nbytes`` in all (ReservationRefused if the rest does not
-        fit); a smaller total gives the difference back."""
-        self.info = self._janitor.grow(self.id, nbytes)
-
-    def check(self) -> None:
-        """Raise SpaceRisk if this job must stop: its volume is below the floor and it is
-        among the fewest reservations whose stopping covers what the volume lacks."""
-        self._janitor.check_risk(self.info)
-
-    def __enter__(self) -> Reservation:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.release()
-
-    def __repr__(self) -> str:
-        state = "released" if self._released else "live"
-        return f"<Reservation {self.id} {self.info.tree} {self.info.bytes} B {state}>"

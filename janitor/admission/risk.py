@@ -12,43 +12,18 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+
+from janitor.admission.volume import ORDER, Forecast, Level, Reading
 
 __all__ = [
     "Claim",
-    "Forecast",
-    "Level",
     "LevelTracker",
-    "Reading",
-    "assess",
     "choose_at_risk",
     "finite",
     "forecast",
     "risk_order",
     "stop_deficit",
 ]
-
-#: A volume's level: ``ok``, ``warn`` (below free_low, or the floor forecast within the
-#: horizon) or ``critical`` (below the floor).
-Level = Literal["ok", "warn", "critical"]
-
-_ORDER: dict[str, int] = {"ok": 0, "warn": 1, "critical": 2}
-
-
-@dataclass(frozen=True, slots=True)
-class Forecast:
-    """Where a volume's free space is heading.
-
-    ``fill_rate``: bytes per second being consumed (negative while space is freed).
-    ``eta_floor`` / ``eta_full``: seconds until free space reaches the floor / zero at that rate
-    (None when it is not falling). ``confidence``: 0..1, low with few samples or a noisy fit.
-    """
-
-    fill_rate: float
-    eta_floor: float | None
-    eta_full: float | None
-    confidence: float
-    samples: int
 
 
 def forecast(
@@ -82,39 +57,6 @@ def forecast(
     return Forecast(rate, eta_floor, eta_full, round(confidence, 3), n)
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """A level assessment of one moment, before damping."""
-
-    level: Level
-    reason: str
-
-
-def assess(
-    free: int,
-    floor: int,
-    free_low: int,
-    fc: Forecast | None,
-    *,
-    horizon: float,
-    min_confidence: float = 0.5,
-) -> Reading:
-    """critical below the floor; warn below free_low or when the floor is forecast within the
-    horizon with enough confidence; ok otherwise."""
-    if free < floor:
-        return Reading("critical", "free space is below the floor")
-    if free < free_low:
-        return Reading("warn", "free space is below free_low")
-    if (
-        fc is not None
-        and fc.eta_floor is not None
-        and fc.confidence >= min_confidence
-        and fc.eta_floor <= horizon
-    ):
-        return Reading("warn", f"forecast reaches the floor in {fc.eta_floor:.0f}s")
-    return Reading("ok", "")
-
-
 class LevelTracker:
     """Damped level of one volume: worse at once, better only after ``settle_s`` of calm."""
 
@@ -126,7 +68,7 @@ class LevelTracker:
 
     def update(self, reading: Reading, now: float) -> bool:
         """Feed one reading; True when the published level changed."""
-        if _ORDER[reading.level] >= _ORDER[self.level]:
+        if ORDER[reading.level] >= ORDER[self.level]:
             self._better_since = None
             changed = reading.level != self.level
             self.level, self.reason = reading.level, reading.reason

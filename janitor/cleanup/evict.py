@@ -33,7 +33,8 @@ from janitor.config.policy import TreePolicy
 from janitor.host import inuse
 from janitor.host.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
 from janitor.host.space import volume_stats
-from janitor.ledger.db import Ledger, py_path
+from janitor.ledger.db import Ledger
+from janitor.ledger.log import LogRow
 
 __all__ = [
     "KEEP_REASONS",
@@ -1080,10 +1081,6 @@ def _why(exc: OSError, what: str) -> str:
 
 
 #: The ledger's log row (as ``Ledger.log`` writes it), for many rows in one executemany.
-_LOG_SQL = (
-    "INSERT INTO log (ts, event, tree, device, reservation, bytes, path, detail) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
 _REASON_JSON = {r: json.dumps(r) for r in get_args(Reason)}
 
 
@@ -1140,7 +1137,7 @@ class _Log:
     def __init__(self, ledger: Ledger | None, batch: int) -> None:
         self.ledger = ledger
         self.batch = batch
-        self.rows: list[tuple[object, ...]] = []
+        self.rows: list[LogRow] = []
 
     def add(self, o: Outcome, device: int) -> None:
         if self.ledger is None:
@@ -1164,7 +1161,8 @@ class _Log:
     def flush(self) -> None:
         rows, self.rows = self.rows, []
         if rows and self.ledger is not None:
-            self.ledger.call(lambda conn: conn.executemany(_LOG_SQL, rows))
+            with self.ledger.write() as tx:
+                tx.log.add_rows(rows)
 
 
 def _apply_tree(
@@ -1340,11 +1338,8 @@ def apply(
             return pin_cache[0][1]
         paths: frozenset[str] = frozenset()
         if ledger is not None:
-            with ledger.read() as conn:
-                paths = frozenset(
-                    py_path(r[0])
-                    for r in conn.execute("SELECT path FROM pins WHERE state = 'live'")
-                )
+            with ledger.read() as tx:
+                paths = frozenset(tx.pins.live_paths())
         pin_cache[:] = [(now, paths)]
         return paths
 

@@ -35,7 +35,6 @@ from janitor.errors import LedgerError
 from janitor.host.inuse import lock_held, locked_inodes, open_inodes, prepare_leases
 from janitor.host.space import volume_stats
 from janitor.ledger.db import Ledger
-from janitor.ledger.pins import live_pins, reap_pins, touches_under
 
 __all__ = [
     "EmergencyResult",
@@ -174,9 +173,9 @@ def _protection(
     """What a plan must leave alone. ``opened``: the open-file list if taken already (before
     the tree locks: it is the slow part, and every file is asked again right before its
     delete, by a lease or a fresh list, so taking it early loses nothing)."""
-    with ledger.read() as conn:
-        pins = frozenset(p.path for p in live_pins(conn, now=now))
-        reserved = frozenset(r.path for r in live_reservations(conn, now=now) if r.path is not None)
+    with ledger.read() as tx:
+        pins = frozenset(p.path for p in tx.pins.live(now=now))
+        reserved = frozenset(r.path for r in live_reservations(tx, now=now) if r.path is not None)
     if opened is None:
         opened = open_inodes(devices)
     return Protection(pins, reserved, _held_locks(scanned), opened)
@@ -212,8 +211,8 @@ def _scan_trees(
     for tree in trees:
         cb = None if progress is None else (lambda n, name=tree.name: progress(name, n))
         snap = scan(tree.path, progress=cb)
-        with ledger.read() as conn:
-            touches = touches_under(conn, snap.root)
+        with ledger.read() as tx:
+            touches = tx.touches.under(snap.root)
         out.append((snap, group_units(snap, tree, touches), tree))
     return out
 
@@ -236,7 +235,9 @@ def run_sweep(
     with tree_locks(state_dir, [t.name for t in trees]):
         now = time.time()
         if not dry_run:
-            ledger.call(lambda conn: (reap(conn, now), reap_pins(conn, now)))
+            with ledger.write() as tx:
+                reap(tx, now)
+                tx.pins.reap(now)
         scanned = _scan_trees(ledger, trees, progress)
         devices = {s.device for s, _, _ in scanned if s.exists}
         protection = _protection(

@@ -1,13 +1,16 @@
-"""`janitor status` for people: colored levels, quota bars, a free-space sparkline per volume.
+"""The CLI's screens for people: status (colored levels, quota bars, a free-space sparkline per
+volume), a sweep's plan, a job's pre-flight, doctor's findings.
 
-Pure rendering: a Status and the volumes' recent samples in, rich renderables out, so tests can
-render into a recording console and read the numbers back.
+Pure rendering: library values in, rich renderables out (a string is rich markup), so tests can
+render into a recording console and read the numbers back. Loaded only by the commands that
+print for people: rich is slow to import.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -16,7 +19,11 @@ from rich.text import Text
 from janitor.sizes import format_duration, format_size
 from janitor.status import Status
 
-__all__ = ["bar", "render_status", "sparkline"]
+if TYPE_CHECKING:
+    from janitor.doctor import Check
+    from janitor.jobs.run import Preflight
+
+__all__ = ["bar", "render_checks", "render_preflight", "render_status", "render_sweep", "sparkline"]
 
 _LEVEL_STYLE = {"ok": "bold green", "warn": "bold yellow", "critical": "bold white on red"}
 _BLOCKS = "▁▂▃▄▅▆▇█"
@@ -147,3 +154,99 @@ def render_status(
     else:
         parts.append(Text("No live reservations.", style="dim"))
     return Group(*parts)
+
+
+def render_sweep(data: dict[str, Any], now: float) -> list[RenderableType]:
+    """A sweep's plan or outcome (``SweepResult.as_dict()``): the units, then a line per tree."""
+    parts: list[RenderableType] = []
+    if data["items"]:
+        title = "Plan (dry run: nothing deleted)" if data["dry_run"] else "Swept"
+        table = Table(title=title, title_justify="left")
+        for col in ("tree", "why", "size", "last use", "result", "path"):
+            table.add_column(col, justify="right" if col in ("size", "last use") else "left")
+        for it in data["items"]:
+            if data["dry_run"]:
+                result = "would delete"
+            elif it["deleted"]:
+                result = "[green]deleted[/]"
+            else:
+                result = f"[yellow]kept: {it['skipped']}[/]"
+            table.add_row(
+                it["tree"],
+                it["reason"],
+                format_size(it["bytes"]),
+                format_duration(now - it["last_use"]) + " ago",
+                result,
+                it["path"],
+            )
+        parts.append(table)
+    for t in data["trees"]:
+        kept = ", ".join(f"{v} {k}" for k, v in t["kept"].items())
+        quota = f" of {format_size(t['quota'])}" if t["quota"] is not None else ""
+        line = (
+            f"{t['tree']}: {format_size(t['usage'])}{quota} in {t['units']} units; "
+            f"{'would free' if data['dry_run'] else 'planned'} {format_size(t['planned'])}"
+        )
+        if kept:
+            line += f"; kept {kept}"
+        if not t["reaches_target"]:
+            line += " [bold red](cannot reach the low watermark)[/]"
+        parts.append(line)
+    if not data["dry_run"]:
+        parts.append(
+            f"deleted {format_size(data['deleted_bytes'])}, free space grew by "
+            f"{format_size(data['reclaimed_bytes'])}"
+        )
+    return parts
+
+
+def render_preflight(pre: Preflight) -> list[RenderableType]:
+    """A job's pre-flight: its media, then what it writes on each volume against the headroom."""
+    files = pre.files
+    seconds = sum(f.duration_s or 0 for f in files)
+    todo = sum(1 for f in files if f.converts and not f.cached and f.duration_s is not None)
+    parts: list[RenderableType] = [
+        f"pre-flight: {len(files)} media files, {format_duration(seconds)} of audio; "
+        f"{todo} to convert into the media cache; {pre.concurrency} at once"
+    ]
+    table = Table(title_justify="left")
+    for col in ("volume", "job writes", "headroom", "fits", "for"):
+        table.add_column(
+            col,
+            justify="right" if col in ("job writes", "headroom") else "left",
+            overflow="fold",  # a path is shown whole, over two lines if need be
+        )
+    for v in pre.volumes:
+        table.add_row(
+            v.mount,
+            format_size(v.needs),
+            format_size(v.headroom),
+            "[green]yes[/]" if v.fits else "[bold red]no[/]",
+            "; ".join(v.what),
+        )
+    parts.append(table)
+    if todo and not pre.knows_cache:
+        parts.append(
+            "[yellow]blake3 is not installed: inputs already in the media cache are counted as "
+            "still to convert (pip install 'space-janitor[batchalign]')[/]"
+        )
+    parts.extend(f"[yellow]skipped {f.media}: {f.error}[/]" for f in files if f.error)
+    return parts
+
+
+_VERDICT_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
+
+
+def render_checks(checks: Iterable[Check]) -> list[RenderableType]:
+    """doctor's findings: a line per check, and its fix under it unless it passed."""
+    parts: list[RenderableType] = []
+    for c in checks:
+        # A message of several lines (a policy's problems) goes on under the first's text.
+        message = c.message.replace("\n", "\n      ")
+        parts.append(
+            Text(f"{c.verdict:>4}  ", style=_VERDICT_STYLE[c.verdict])
+            + Text(f"{c.name}: {message}")
+        )
+        if c.fix and c.verdict != "ok":
+            parts.append(Text(f"      fix: {c.fix}", style="dim"))
+    return parts

@@ -24,7 +24,7 @@ import os
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
 from fastapi import Body, FastAPI, Request
 from fastapi.encoders import jsonable_encoder
@@ -45,12 +45,45 @@ from janitor.errors import (
 )
 
 if TYPE_CHECKING:
-    from janitor.admission.reserve import ReservationInfo
-    from janitor.daemon.supervisor import Daemon
+    from janitor.config.settings import Settings
+    from janitor.core import Janitor
+    from janitor.daemon.events import EventBus
+    from janitor.daemon.metrics import DaemonState
+    from janitor.ledger.reservations import ReservationInfo
+    from janitor.status import Status
 
-__all__ = ["Offload", "create_app", "serve_app"]
+__all__ = ["DaemonView", "Offload", "create_app", "serve_app"]
 
 _T = TypeVar("_T")
+
+
+class DaemonView(Protocol):
+    """What the app uses of the running daemon (``janitor.daemon.view.LiveView``): its
+    janitor, settings, state and event bus, and its views measured now."""
+
+    @property
+    def janitor(self) -> Janitor: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def state(self) -> DaemonState: ...
+
+    @property
+    def bus(self) -> EventBus: ...
+
+    def refresh(self) -> Status:
+        """Measure every volume now; the status measured."""
+        ...
+
+    def snapshot(self, status: Status | None = None) -> dict[str, Any]:
+        """The daemon's published view (``status.json``)."""
+        ...
+
+    def metrics_text(self) -> bytes:
+        """The Prometheus exposition, measured now."""
+        ...
 
 
 class ReserveRequest(BaseModel):
@@ -301,7 +334,7 @@ def _janitor_error(exc: JanitorError) -> JSONResponse:
 class _Calls:
     """The blocking halves of the endpoints, run in the offload threads."""
 
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: DaemonView) -> None:
         self.daemon = daemon
 
     def reserve(self, req: ReserveRequest) -> bytes:
@@ -415,12 +448,12 @@ class _Calls:
         return _dumps({"reservations": req.reservations, "pins": req.pins})
 
 
-def serve_app(daemon: Daemon, offload: Offload) -> ASGIApp:
+def serve_app(daemon: DaemonView, offload: Offload) -> ASGIApp:
     """What the daemon serves: :func:`create_app` with its blocking calls in ``offload``."""
     return create_app(daemon, offload)
 
 
-def create_app(daemon: Daemon, offload: Offload | None = None) -> FastAPI:
+def create_app(daemon: DaemonView, offload: Offload | None = None) -> FastAPI:
     """The ASGI app over a running daemon's janitor, state and event bus.
 
     ``offload`` runs the blocking calls (a private one when not given).

@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from janitor.admission.volume import Volume
+
 __all__ = ["LEVEL_VALUES", "DaemonState", "TreeState", "VolumeState", "render"]
 
 LEVEL_VALUES = {"ok": 0, "warn": 1, "critical": 2}
@@ -46,6 +48,22 @@ class VolumeState:
     horizon: float = 1800.0
     ballast: int = 0
     updated: float = 0.0
+
+    @classmethod
+    def of(cls, volume: Volume, *, horizon: float, updated: float) -> VolumeState:
+        """A sample's state from the volume's numbers as measured; the level, reservations
+        and forecast are filled in by the sampler."""
+        return cls(
+            device=volume.device,
+            mount=volume.mount,
+            total=volume.total,
+            free=volume.free,
+            floor=volume.floor,
+            free_low=volume.free_low,
+            free_target=volume.free_target,
+            horizon=horizon,
+            updated=updated,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -24,8 +24,8 @@ from janitor.jobs.supervise import Supervised, exit_code, forward_signals, resto
 from janitor.sizes import format_size
 
 if TYPE_CHECKING:
-    from janitor.admission.reserve import Reservation
     from janitor.core import Janitor
+    from janitor.handles import Reservation
 
 __all__ = ["ExecResult", "run_guarded"]
 

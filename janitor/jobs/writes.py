@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 from janitor.errors import ConfigError, ReservationRefused, UnknownReservation
 
 if TYPE_CHECKING:
-    from janitor.admission.reserve import ReservationInfo
     from janitor.core import Janitor
     from janitor.ledger.pins import PinInfo
+    from janitor.ledger.reservations import ReservationInfo
+    from janitor.ledger.tx import Tx
 
 __all__ = ["PlannedWrite", "WriteSession", "locate", "open_writes"]
 
@@ -129,7 +130,6 @@ def _pin_inputs(jan: Janitor, inputs: Sequence[str], owner_pid: int) -> tuple[Pi
     """Touch and pin, in one ledger transaction, the inputs that lie inside cache trees."""
     from janitor.admission.reserve import resolve_path
     from janitor.host.owner import process_start
-    from janitor.ledger.pins import add_pin, record_touches
 
     found: list[tuple[str, str]] = []
     for path in inputs:
@@ -147,10 +147,10 @@ def _pin_inputs(jan: Janitor, inputs: Sequence[str], owner_pid: int) -> tuple[Pi
     start = process_start(owner_pid)
     now = time.time()
 
-    def write(conn: Any) -> tuple[PinInfo, ...]:
-        record_touches(conn, [p for _, p in found])
+    def write(tx: Tx) -> tuple[PinInfo, ...]:
+        tx.touches.record([p for _, p in found])
         return tuple(
-            add_pin(conn, tree, p, owner_pid=owner_pid, owner_start=start, ttl=None, now=now)
+            tx.pins.add(tree, p, owner_pid=owner_pid, owner_start=start, ttl=None, now=now)
             for tree, p in found
         )
 

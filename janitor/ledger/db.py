@@ -9,7 +9,6 @@ few transactions, not the luck of the scheduler.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import sqlite3
@@ -17,28 +16,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from janitor.errors import LedgerError, LedgerFull
+from janitor.ledger.log import LogEntry
+from janitor.ledger.tx import Tx
 from janitor.ledger.writelock import WriterLock
 
-__all__ = ["SCHEMA_VERSION", "Ledger", "LogEntry", "db_path", "py_path"]
-
-
-def db_path(path: str) -> str | bytes:
-    """A path as the ledger stores it: text, or the raw bytes of a name that is not UTF-8."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return os.fsencode(path)
-    return path
-
-
-def py_path(value: str | bytes) -> str:
-    """A stored path back as ``os`` spells it (undecodable bytes as surrogates)."""
-    return os.fsdecode(value) if isinstance(value, bytes) else value
+__all__ = ["KEEP_S", "SCHEMA_VERSION", "Ledger"]
 
 
 SCHEMA_VERSION = 3
@@ -54,7 +40,7 @@ _WAL_KEEP_BYTES = 1024 * 1024
 # page such a write touches is re-read after another process wrote and copied into the WAL on
 # COMMIT: reservations are kept in id order, and ids start with their creation time, so a grant
 # and its release touch the table's last page; only live rows are indexed; the log is appended
-# in rowid order with no other index (its ids rise with its times, see Ledger._first_id_at).
+# in rowid order with no other index (its ids rise with its times: Log.first_id_at).
 # Pages stay 4 KiB: smaller ones would push a reservation with a long path into overflow pages.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS reservations (
@@ -126,11 +112,6 @@ CREATE TABLE IF NOT EXISTS log (
 #: How long ended reservations and pins and log lines are kept (Ledger.prune).
 KEEP_S = 30 * 86400
 
-#: Log lines are appended in commit order but stamped when their event happened (a batch of
-#: deletions is written together; a writer stamps before it queues), so times may run a little
-#: out of id order. A search by time starts this much earlier and filters on the time itself.
-_LOG_SKEW_S = 3600.0
-
 #: Schema 1 -> 2: the tables are rebuilt in their new shape with the rows a prune would keep
 #: (schema 1 never pruned, so an old ledger may hold years of log). A log line marks the
 #: upgrade, with an id above every id schema 1 handed out, so log ids keep rising.
@@ -165,9 +146,6 @@ ALTER TABLE reservations ADD COLUMN command_start REAL;
 INSERT INTO log (ts, event, detail) VALUES (:now, 'upgrade', '{"from": 2, "to": 3}')
 """
 
-#: json.dumps(..., sort_keys=True) without building an encoder for every log line.
-_encode = json.JSONEncoder(sort_keys=True).encode
-
 # SQLite primary result codes (the low byte of an extended code).
 _SQLITE_CORRUPT = 11
 _SQLITE_FULL = 13
@@ -177,21 +155,6 @@ _SQLITE_LOCKED = 6
 _SQLITE_READONLY = 8
 _SQLITE_CANTOPEN = 14
 _SQLITE_IOERR = 10
-
-
-@dataclass(frozen=True, slots=True)
-class LogEntry:
-    """One line of the ledger's log: a grant, refusal, release, expiry, deletion ..."""
-
-    id: int
-    ts: float
-    event: str
-    tree: str | None
-    device: int | None
-    reservation: str | None
-    bytes: int | None
-    path: str | None
-    detail: dict[str, Any]
 
 
 class Ledger:
@@ -214,11 +177,11 @@ class Ledger:
 
     # -- connections ---------------------------------------------------------------------------
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> tuple[sqlite3.Connection, Tx]:
         # A connection must not cross fork(): a child opens its own.
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and self._pid == os.getpid():
-            return conn
+            return conn, self._local.tx
         # A parent's connection is never used again here, even if opening ours fails.
         self._local.conn = None
         try:
@@ -274,8 +237,9 @@ class Ledger:
                 ) from None
             raise
         self._local.conn = conn
+        self._local.tx = tx = Tx(conn)
         self._pid = os.getpid()
-        return conn
+        return conn, tx
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
         """Create the tables of a new ledger, or upgrade an older one, in one transaction.
@@ -350,9 +314,9 @@ class Ledger:
             delay = min(delay * 2, 0.005)
 
     @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    def write(self) -> Iterator[Tx]:
         """One write transaction, serialised with every other writer of this ledger."""
-        conn = self._connect()
+        conn, tx = self._connect()
         self._writer.acquire()
         try:
             try:
@@ -360,7 +324,7 @@ class Ledger:
             except sqlite3.Error as exc:
                 raise self._translate(exc) from None
             try:
-                yield conn
+                yield tx
             except BaseException:
                 try:
                     conn.execute("ROLLBACK")
@@ -401,10 +365,10 @@ class Ledger:
             pass  # busy or full: the next writer tries again
 
     @contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
+    def read(self) -> Iterator[Tx]:
         """A consistent read snapshot (WAL readers never block writers)."""
         try:
-            conn = self._connect()
+            conn, tx = self._connect()
         except LedgerError:
             # A read-only state dir: nobody can write the ledger, so read it as immutable.
             if not self.path.is_file() or os.access(self.path.parent, os.W_OK):
@@ -416,13 +380,14 @@ class Ledger:
                 check_same_thread=False,
             )
             self._local.conn = conn
+            self._local.tx = tx = Tx(conn)
             self._pid = os.getpid()
         try:
             conn.execute("BEGIN")
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
         try:
-            yield conn
+            yield tx
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
         finally:
@@ -432,10 +397,10 @@ class Ledger:
                 pass
 
     def call(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """Run ``fn(conn, *args)`` inside ``write()``, translating SQLite errors."""
+        """Run ``fn(tx, *args)`` inside ``write()``, translating SQLite errors."""
         try:
-            with self.write() as conn:
-                return fn(conn, *args)
+            with self.write() as tx:
+                return fn(tx, *args)
         except sqlite3.Error as exc:
             raise self._translate(exc) from None
 
@@ -463,120 +428,50 @@ class Ledger:
             )
         return LedgerError(f"ledger {self.path}: {exc}")
 
-    # -- the log -------------------------------------------------------------------------------
-
-    @staticmethod
-    def log(
-        conn: sqlite3.Connection,
-        event: str,
-        *,
-        tree: str | None = None,
-        device: int | None = None,
-        reservation: str | None = None,
-        nbytes: int | None = None,
-        path: str | None = None,
-        ts: float | None = None,
-        **detail: Any,
-    ) -> None:
-        """Append one log line inside the caller's transaction."""
-        conn.execute(
-            "INSERT INTO log (ts, event, tree, device, reservation, bytes, path, detail) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                time.time() if ts is None else ts,
-                event,
-                tree,
-                device,
-                reservation,
-                nbytes,
-                None
-                if path is None
-                else path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"),
-                _encode(detail) if detail else None,
-            ),
-        )
+    # -- what the ledger answers itself ----------------------------------------------------
 
     def entries(
         self, *, since: float | None = None, events: tuple[str, ...] = (), limit: int | None = None
     ) -> list[LogEntry]:
         """Log lines in order, optionally from ``since`` (epoch seconds) and of some events."""
-        sql = "SELECT id, ts, event, tree, device, reservation, bytes, path, detail FROM log"
-        where: list[str] = []
-        args: list[Any] = []
-        if since is not None:
-            where.append("id >= ? AND ts >= ?")
-            args.extend((0, since))  # the id is filled in below, inside the read snapshot
-        if events:
-            where.append(f"event IN ({','.join('?' * len(events))})")
-            args.extend(events)
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY id"
-        if limit is not None:
-            sql = f"SELECT * FROM ({sql} DESC LIMIT {int(limit)}) ORDER BY id"
-        try:
-            with self.read() as conn:
-                if since is not None:
-                    args[0] = self._first_id_at(conn, since - _LOG_SKEW_S)
-                rows = conn.execute(sql, args).fetchall()
-        except sqlite3.Error as exc:
-            raise self._translate(exc) from None
-        return [
-            LogEntry(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], json.loads(r[8] or "{}"))
-            for r in rows
-        ]
+        with self.read() as tx:
+            return tx.log.entries(since=since, events=events, limit=limit)
 
-    @staticmethod
-    def _first_id_at(conn: sqlite3.Connection, ts: float) -> int:
-        """The id of the first log line written at ``ts`` or later (one past the last if none).
+    def last_log_id(self) -> int:
+        """The id of the newest log line (0 for an empty log): where a reader starts following."""
+        with self.read() as tx:
+            return tx.log.last_id()
 
-        Lines are appended with rising ids and, give or take ``_LOG_SKEW_S``, rising times, so
-        a binary search on the id finds where a time starts without an index on ``ts`` that
-        every write would have to keep. Callers search from a little earlier and filter on
-        ``ts``; only a clock stepped back further than that can hide lines.
-        """
-        bounds = "SELECT coalesce(min(id), 1), coalesce(max(id), 0) FROM log"
-        lo, hi = conn.execute(bounds).fetchone()
-        hi += 1
-        seek = "SELECT id, ts FROM log WHERE id >= ? ORDER BY id LIMIT 1"
-        while lo < hi:
-            mid = (lo + hi) // 2
-            row = conn.execute(seek, (mid,)).fetchone()
-            if row is None or row[1] >= ts:
-                hi = mid
-            else:
-                lo = row[0] + 1
-        return int(lo)
-
-    def prune(self, conn: sqlite3.Connection, *, keep_s: float = KEEP_S, batch: int = 5000) -> bool:
+    def prune(self, *, keep_s: float = KEEP_S, batch: int = 5000) -> bool:
         """Drop ended reservations and pins and log lines past ``keep_s``, samples past a day.
 
-        At most ``batch`` rows of each table go per call, so the caller's transaction stays
-        short; returns whether some are left. The newest log line always stays, so log ids
-        keep rising (readers follow the log by id).
+        At most ``batch`` rows of each table go per call, in one short write transaction, so
+        reservations queued behind it wait milliseconds; returns whether some are left. The
+        newest log line always stays, so log ids keep rising (readers follow the log by id).
         """
         now = time.time()
         cutoff = now - keep_s
-        counts = []
-        for table in ("reservations", "pins"):
-            cur = conn.execute(
-                f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} "
-                "WHERE state != 'live' AND ended < ? LIMIT ?)",
-                (cutoff, batch),
+        counts = self.call(
+            lambda tx: (
+                tx.reservations.prune(cutoff, batch),
+                tx.pins.prune(cutoff, batch),
+                tx.log.prune(cutoff, batch),
+                tx.samples.prune(now - 86400, batch),
             )
-            counts.append(cur.rowcount)
-        first = conn.execute("SELECT coalesce(min(id), 0) FROM log").fetchone()[0]
-        bound = min(self._first_id_at(conn, cutoff - _LOG_SKEW_S), first + batch)
-        cur = conn.execute(
-            "DELETE FROM log WHERE id < ? AND id < (SELECT max(id) FROM log)", (bound,)
         )
-        counts.append(cur.rowcount)
-        cur = conn.execute(
-            "DELETE FROM samples WHERE rowid IN (SELECT rowid FROM samples WHERE ts < ? LIMIT ?)",
-            (now - 86400, batch),
-        )
-        counts.append(cur.rowcount)
-        return max(counts) >= batch
+        return bool(max(counts) >= batch)
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check`` of the file: ``"ok"`` or what is wrong.
+
+        It opens the file read-only on a connection of its own, so it neither creates nor
+        upgrades a ledger; sqlite3.Error when the file cannot be read as a database.
+        """
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5)
+        try:
+            return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+        finally:
+            conn.close()
 
 
 def _volume_full(folder: Path) -> bool:

@@ -13,27 +13,14 @@ import secrets
 import sqlite3
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from janitor.errors import UnknownPin
 from janitor.host.owner import is_alive
-from janitor.ledger.db import Ledger, db_path, py_path
+from janitor.ledger.log import Log
+from janitor.ledger.paths import db_path, py_path
 
-if TYPE_CHECKING:
-    from types import TracebackType
-
-    from janitor.core import Janitor
-
-__all__ = [
-    "Pin",
-    "PinInfo",
-    "add_pin",
-    "end_pin",
-    "live_pins",
-    "reap_pins",
-    "record_touches",
-    "touches_under",
-]
+__all__ = ["PinInfo", "Pins", "Touches"]
 
 _COLUMNS = "id, tree, path, owner_pid, owner_start, created, expires, state, ended"
 
@@ -65,138 +52,136 @@ def _from_row(row: tuple[Any, ...]) -> PinInfo:
     return replace(info, path=py_path(info.path)) if isinstance(info.path, bytes) else info
 
 
-def add_pin(
-    conn: sqlite3.Connection,
-    tree: str,
-    path: str,
-    *,
-    owner_pid: int,
-    owner_start: float | None,
-    ttl: float | None,
-    now: float | None = None,
-) -> PinInfo:
-    """Record a pin on ``path`` owned by ``owner_pid``."""
-    now = time.time() if now is None else now
-    info = PinInfo(
-        id="p-" + secrets.token_hex(8),
-        tree=tree,
-        path=path,
-        owner_pid=owner_pid,
-        owner_start=owner_start,
-        created=now,
-        expires=math.inf if ttl is None else now + ttl,
-        state="live",
-    )
-    conn.execute(
-        f"INSERT INTO pins ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
-        (info.id, tree, db_path(path), owner_pid, owner_start, now, info.expires, "live", None),
-    )
-    Ledger.log(conn, "pin", tree=tree, path=path, ts=now, pin=info.id, owner_pid=owner_pid)
-    return info
+class Pins:
+    """The ``pins`` table inside one transaction; every change leaves its log line."""
 
+    __slots__ = ("_conn", "_log")
 
-def end_pin(conn: sqlite3.Connection, key: str, *, now: float | None = None) -> list[PinInfo]:
-    """End the live pin with id ``key``, or every live pin on path ``key``."""
-    now = time.time() if now is None else now
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM pins WHERE state = 'live' AND (id = ? OR path = ?)",
-        (key, db_path(key)),
-    ).fetchall()
-    if not rows:
-        raise UnknownPin(f"no live pin {key!r}; `janitor status --json` lists the pins")
-    out = []
-    for row in rows:
-        info = _from_row(row)
-        conn.execute("UPDATE pins SET state = 'released', ended = ? WHERE id = ?", (now, info.id))
-        Ledger.log(conn, "unpin", tree=info.tree, path=info.path, ts=now, pin=info.id)
-        out.append(replace(info, state="released", ended=now))
-    return out
+    def __init__(self, conn: sqlite3.Connection, log: Log) -> None:
+        self._conn = conn
+        self._log = log
 
-
-def reap_pins(conn: sqlite3.Connection, now: float) -> int:
-    """End pins whose owner died or whose TTL passed; returns how many."""
-    n = 0
-    for row in conn.execute(f"SELECT {_COLUMNS} FROM pins WHERE state = 'live'").fetchall():
-        info = _from_row(row)
-        if info.expires <= now:
-            state = "expired"
-        elif not is_alive(info.owner_pid, info.owner_start):
-            state = "dead"
-        else:
-            continue
-        conn.execute("UPDATE pins SET state = ?, ended = ? WHERE id = ?", (state, now, info.id))
-        Ledger.log(conn, f"pin-{state}", tree=info.tree, path=info.path, ts=now, pin=info.id)
-        n += 1
-    return n
-
-
-def live_pins(conn: sqlite3.Connection, *, now: float | None = None) -> list[PinInfo]:
-    """Pins that protect now: live in the ledger, TTL not passed, owner alive (no writes)."""
-    now = time.time() if now is None else now
-    out = []
-    for row in conn.execute(f"SELECT {_COLUMNS} FROM pins WHERE state = 'live'").fetchall():
-        info = _from_row(row)
-        if info.expires > now and is_alive(info.owner_pid, info.owner_start):
-            out.append(info)
-    return out
-
-
-def record_touches(conn: sqlite3.Connection, paths: list[str], *, now: float | None = None) -> None:
-    """Record a hit on each path (the latest wins)."""
-    now = time.time() if now is None else now
-    conn.executemany(
-        "INSERT INTO touches (path, ts) VALUES (?, ?) "
-        "ON CONFLICT(path) DO UPDATE SET ts = max(ts, excluded.ts)",
-        [(db_path(p), now) for p in paths],
-    )
-
-
-def touches_under(conn: sqlite3.Connection, root: str) -> dict[str, float]:
-    """Recorded touches of paths inside ``root``."""
-    lo = root.rstrip("/") + "/"
-    hi = root.rstrip("/") + "0"  # '0' sorts right after '/'
-    # Names that are not UTF-8 are stored as blobs; their bounds are the same bytes.
-    rows = conn.execute(
-        "SELECT path, ts FROM touches WHERE (path >= ? AND path < ?) OR (path >= ? AND path < ?)",
-        (lo, hi, os.fsencode(lo), os.fsencode(hi)),
-    )
-    return {py_path(path): ts for path, ts in rows.fetchall()}
-
-
-class Pin:
-    """A live pin held by this process; a context manager that unpins on exit.
-
-    >>> with jan.pin(cache / f"{fp}.wav"):     # doctest: +SKIP
-    ...     samples = read_wav(cache / f"{fp}.wav")
-    """
-
-    def __init__(self, janitor: Janitor, info: PinInfo) -> None:
-        self._janitor = janitor
-        self.info = info
-        self._ended = False
-
-    @property
-    def id(self) -> str:
-        """The pin's id, e.g. ``p-0c1d2e3f40516273``."""
-        return self.info.id
-
-    def unpin(self) -> None:
-        """End the pin; harmless if it already ended."""
-        if self._ended:
-            return
-        self._ended = True
-        try:
-            self._janitor.unpin(self.id)
-        except UnknownPin:
-            pass
-
-    def __enter__(self) -> Pin:
-        return self
-
-    def __exit__(
+    def add(
         self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.unpin()
+        tree: str,
+        path: str,
+        *,
+        owner_pid: int,
+        owner_start: float | None,
+        ttl: float | None,
+        now: float | None = None,
+    ) -> PinInfo:
+        """Record a pin on ``path`` owned by ``owner_pid``."""
+        now = time.time() if now is None else now
+        info = PinInfo(
+            id="p-" + secrets.token_hex(8),
+            tree=tree,
+            path=path,
+            owner_pid=owner_pid,
+            owner_start=owner_start,
+            created=now,
+            expires=math.inf if ttl is None else now + ttl,
+            state="live",
+        )
+        self._conn.execute(
+            f"INSERT INTO pins ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
+            (info.id, tree, db_path(path), owner_pid, owner_start, now, info.expires, "live", None),
+        )
+        self._log.add("pin", tree=tree, path=path, ts=now, pin=info.id, owner_pid=owner_pid)
+        return info
+
+    def end(self, key: str, *, now: float | None = None) -> list[PinInfo]:
+        """End the live pin with id ``key``, or every live pin on path ``key``."""
+        now = time.time() if now is None else now
+        rows = self._conn.execute(
+            f"SELECT {_COLUMNS} FROM pins WHERE state = 'live' AND (id = ? OR path = ?)",
+            (key, db_path(key)),
+        ).fetchall()
+        if not rows:
+            raise UnknownPin(f"no live pin {key!r}; `janitor status --json` lists the pins")
+        out = []
+        for row in rows:
+            info = _from_row(row)
+            self._set_state(info.id, "released", now)
+            self._log.add("unpin", tree=info.tree, path=info.path, ts=now, pin=info.id)
+            out.append(replace(info, state="released", ended=now))
+        return out
+
+    def _set_state(self, pid: str, state: str, now: float) -> None:
+        self._conn.execute("UPDATE pins SET state = ?, ended = ? WHERE id = ?", (state, now, pid))
+
+    def reap(self, now: float) -> int:
+        """End pins whose owner died or whose TTL passed; returns how many."""
+        n = 0
+        for info in self._live_rows():
+            if info.expires <= now:
+                state = "expired"
+            elif not is_alive(info.owner_pid, info.owner_start):
+                state = "dead"
+            else:
+                continue
+            self._set_state(info.id, state, now)
+            self._log.add(f"pin-{state}", tree=info.tree, path=info.path, ts=now, pin=info.id)
+            n += 1
+        return n
+
+    def _live_rows(self) -> list[PinInfo]:
+        rows = self._conn.execute(f"SELECT {_COLUMNS} FROM pins WHERE state = 'live'").fetchall()
+        return [_from_row(row) for row in rows]
+
+    def live(self, *, now: float | None = None) -> list[PinInfo]:
+        """Pins that protect now: live in the ledger, TTL not passed, owner alive (no writes)."""
+        now = time.time() if now is None else now
+        return [
+            info
+            for info in self._live_rows()
+            if info.expires > now and is_alive(info.owner_pid, info.owner_start)
+        ]
+
+    def live_paths(self) -> set[str]:
+        """The paths of live pins, as the ledger holds them (owners not checked)."""
+        rows = self._conn.execute("SELECT path FROM pins WHERE state = 'live'").fetchall()
+        return {py_path(r[0]) for r in rows}
+
+    def prune(self, cutoff: float, batch: int) -> int:
+        """Drop up to ``batch`` pins that ended before ``cutoff``; returns how many went."""
+        return prune_ended(self._conn, "pins", cutoff, batch)
+
+
+def prune_ended(conn: sqlite3.Connection, table: str, cutoff: float, batch: int) -> int:
+    cur = conn.execute(
+        f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} "
+        "WHERE state != 'live' AND ended < ? LIMIT ?)",
+        (cutoff, batch),
+    )
+    return cur.rowcount
+
+
+class Touches:
+    """The ``touches`` table: the latest recorded hit of each cache path."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def record(self, paths: list[str], *, now: float | None = None) -> None:
+        """Record a hit on each path (the latest wins)."""
+        now = time.time() if now is None else now
+        self._conn.executemany(
+            "INSERT INTO touches (path, ts) VALUES (?, ?) "
+            "ON CONFLICT(path) DO UPDATE SET ts = max(ts, excluded.ts)",
+            [(db_path(p), now) for p in paths],
+        )
+
+    def under(self, root: str) -> dict[str, float]:
+        """Recorded touches of paths inside ``root``."""
+        lo = root.rstrip("/") + "/"
+        hi = root.rstrip("/") + "0"  # '0' sorts right after '/'
+        # Names that are not UTF-8 are stored as blobs; their bounds are the same bytes.
+        rows = self._conn.execute(
+            "SELECT path, ts FROM touches "
+            "WHERE (path >= ? AND path < ?) OR (path >= ? AND path < ?)",
+            (lo, hi, os.fsencode(lo), os.fsencode(hi)),
+        )
+        return {py_path(path): ts for path, ts in rows.fetchall()}

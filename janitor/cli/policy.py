@@ -1,0 +1,77 @@
+"""The ``policy`` group: ``show`` the policy in force, ``validate`` a policy file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from janitor.cli.common import G, JsonOpt, open_janitor, print_json, say
+
+if TYPE_CHECKING:
+    from janitor.core import Janitor
+
+__all__ = ["policy_show", "policy_validate"]
+
+
+def _policy_dict(jan: Janitor) -> dict[str, Any]:
+    """The JSON shape of `janitor policy show --json`: each volume's numbers, each tree's."""
+    from janitor.host.space import device_of, volume_stats
+
+    jan_policy = jan.policy
+    trees: dict[str, Any] = {}
+    volumes: dict[int, dict[str, Any]] = {}
+    for name, t in jan_policy.trees.items():
+        vol = volume_stats(t.path)
+        floor, free_low, free_target = jan_policy.volume_policy(vol.device).numbers(vol.total)
+        volumes[vol.device] = {
+            "mount": vol.mount,
+            "total": vol.total,
+            "floor": floor,
+            "free_low": free_low,
+            "free_target": free_target,
+        }
+        trees[name] = {
+            **t.model_dump(mode="json", exclude={"name"}),
+            "quota_bytes": t.quota_bytes(vol.total),
+            "low_watermark_bytes": t.low_bytes(vol.total),
+            "device": device_of(t.path),
+        }
+    return {"source": str(jan_policy.source), "volumes": list(volumes.values()), "trees": trees}
+
+
+def policy_show(as_json: JsonOpt = False) -> None:
+    """The policy in force, with paths expanded and sizes resolved for each volume."""
+    from janitor.sizes import format_duration, format_size
+
+    data = _policy_dict(open_janitor())
+    if as_json:
+        print_json(data)
+        return
+    print(f"policy {data['source']}")
+    for v in data["volumes"]:
+        print(
+            f"volume {v['mount']}: floor {format_size(v['floor'])}, free_low "
+            f"{format_size(v['free_low'])}, free_target {format_size(v['free_target'])}"
+        )
+    for name, t in data["trees"].items():
+        quota = format_size(t["quota_bytes"]) if t["quota_bytes"] is not None else "none"
+        print(
+            f"tree {name}: {t['role']} at {t['path']}, quota {quota}, "
+            f"min_age {format_duration(t['min_age'])}"
+            + (f", orphan_age {format_duration(t['orphan_age'])}" if t["role"] == "scratch" else "")
+        )
+
+
+def policy_validate(
+    file: Annotated[Path, typer.Argument(help="Policy file to check.")],
+) -> None:
+    """Check a policy file; exit 0 if it loads, 2 with every problem (key, value, wanted) if not."""
+    from janitor.config.policy import load_policy
+    from janitor.config.settings import Settings
+
+    # The root --policy is not read: the file to check is the argument.
+    s = Settings.load(G.config)
+    pol = load_policy(file, state_dir=s.state_dir)
+    say(f"{file}: ok ({len(pol.trees)} trees: {', '.join(pol.trees) or 'none'})")

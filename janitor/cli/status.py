@@ -1,0 +1,118 @@
+"""``status``, ``log``, ``paths``: what the janitor sees, did, and where it keeps things."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from janitor.cli.common import (
+    JsonOpt,
+    console,
+    lasting,
+    open_janitor,
+    open_ledger,
+    print_json,
+    settings,
+)
+
+__all__ = ["log_", "paths", "status"]
+
+
+def status(
+    as_json: JsonOpt = False,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="Refresh in place until Ctrl-C.")
+    ] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes.", min=0.2)] = 2.0,
+) -> None:
+    """Volumes (free, floor, reserved, headroom, level), trees and live reservations."""
+    jan = open_janitor()
+    if as_json:
+        print_json(jan.status().as_dict())
+        return
+    from janitor.cli.view import render_status
+
+    out = console()
+    if not watch:
+        out.print(render_status(jan.status(), jan.samples()))
+        return
+    lasting()
+    from rich.live import Live
+
+    try:
+        with Live(console=out, auto_refresh=False, screen=False) as live:
+            while True:
+                live.update(render_status(jan.status(), jan.samples()), refresh=True)
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+
+
+def log_(
+    since: Annotated[
+        str | None, typer.Option(help="Only entries newer than this (1h, 2d).")
+    ] = None,
+    event: Annotated[
+        list[str] | None,
+        typer.Option(help="Only these events: grant, refuse, release, delete, ..."),
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the last N entries.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """What the janitor granted, refused, released and deleted, oldest first."""
+    from janitor.sizes import format_size, parse_duration
+
+    # The log needs no policy: it reads the ledger alone.
+    ledger = open_ledger(settings())
+    cutoff = None if since is None else time.time() - parse_duration(since, what="--since")
+    entries = ledger.entries(since=cutoff, events=tuple(event or ()), limit=limit)
+    if as_json:
+        print_json(
+            [
+                {
+                    "id": e.id,
+                    "time": e.ts,
+                    "event": e.event,
+                    "tree": e.tree,
+                    "reservation": e.reservation,
+                    "bytes": e.bytes,
+                    "path": e.path,
+                    "detail": e.detail,
+                }
+                for e in entries
+            ]
+        )
+        return
+    for e in entries:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.ts))
+        size = format_size(e.bytes) if e.bytes is not None else ""
+        what = " ".join(x for x in (e.tree or "", e.reservation or "", size, e.path or "") if x)
+        extra = e.detail.get("reason") or ""
+        print(f"{stamp}  {e.event:<8} {what}" + (f"  ({extra})" if extra else ""))
+
+
+def paths(as_json: JsonOpt = False) -> None:
+    """Every path the janitor resolved: config, policy, state, ledger, runtime, socket, log."""
+    from janitor.config.settings import default_config_path
+
+    s = settings()
+    data = {
+        "config": str(s.config or default_config_path()),
+        "config_exists": s.config is not None,
+        "policy": str(s.policy_path),
+        "state_dir": str(s.state_dir),
+        "ledger": str(s.ledger_path),
+        "runtime_dir": str(s.runtime_dir),
+        "socket": str(s.socket_path),
+        "log_dir": str(s.log_dir),
+    }
+    if as_json:
+        print_json(data)
+        return
+    width = max(len(k) for k in data)
+    for key, value in data.items():
+        if key != "config_exists":
+            note = " (not present)" if key == "config" and not data["config_exists"] else ""
+            print(f"{key:<{width}}  {value}{note}")

@@ -1,0 +1,38 @@
+"""Reaping: reservations and pins whose owners died or whose TTL passed are ended; hourly, the
+ledger drops what it no longer needs (ended reservations, old log lines, old samples)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from janitor.core import Janitor
+
+__all__ = ["PRUNE_INTERVAL_S", "Reaper"]
+
+log = logging.getLogger("janitor.daemon")
+
+#: How often the daemon drops what the ledger no longer needs (Ledger.prune).
+PRUNE_INTERVAL_S = 3600.0
+
+
+class Reaper:
+    """The ``reap`` job."""
+
+    def __init__(self, janitor: Janitor, stop: threading.Event) -> None:
+        self.janitor = janitor
+        self._stop = stop
+        self._pruned: float | None = None  # monotonic time of the last Ledger.prune
+
+    def reap(self) -> None:
+        """End reservations and pins whose owners died or whose TTL passed; hourly, prune."""
+        ended, _pins = self.janitor.reap(time.time())
+        for info in ended:
+            log.info("reservation %s ended: %s", info.id, info.state)
+        if self._pruned is None or time.monotonic() - self._pruned >= PRUNE_INTERVAL_S:
+            # Ended reservations, old log lines and samples: a few thousand rows per
+            # transaction, so reservations queued behind it wait milliseconds, not seconds.
+            while self.janitor.ledger.prune() and not self._stop.is_set():
+                pass
+            self._pruned = time.monotonic()

@@ -1,0 +1,177 @@
+"""The volume sample: free space read, forecast, a damped level published, and acted on.
+
+Every ``sample_interval_s`` (every ``sample_interval_low_s`` while a volume is below free_low)
+each managed volume is read and recorded in the ledger; the series of the forecast window gives
+a fill rate and the time left to the floor; the reading gives the level shown, a tracker damps
+it for alerts. A low volume asks the eviction thread for a pressure sweep, a critical one
+releases its ballast and has jobs put at risk. Then the log is tailed and ``status.json``
+written.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from janitor.admission.reserve import live_reservations
+from janitor.admission.risk import LevelTracker, finite, forecast
+from janitor.admission.volume import Volume, assess
+from janitor.config.settings import Settings
+from janitor.core import Janitor
+from janitor.daemon.at_risk import RiskMarker
+from janitor.daemon.ballast import BallastKeeper
+from janitor.daemon.counters import LogCounters, StatusFile
+from janitor.daemon.events import EventBus
+from janitor.daemon.metrics import DaemonState, VolumeState
+from janitor.daemon.schedule import Scheduler
+from janitor.daemon.sweeper import Pending
+from janitor.daemon.volumes import volume_trees
+from janitor.host.space import volume_stats
+from janitor.ledger.tx import Tx
+
+__all__ = ["Sampler"]
+
+log = logging.getLogger("janitor.daemon")
+
+#: A volume's level changed: (device, before, after, why).
+_Change = tuple[int, str, str, str]
+
+
+class Sampler:
+    """The ``sample`` job and what it decides; it runs on the scheduler's thread."""
+
+    def __init__(
+        self,
+        janitor: Janitor,
+        settings: Settings,
+        bus: EventBus,
+        state: DaemonState,
+        *,
+        scheduler: Scheduler,
+        pending: Pending,
+        ballast: BallastKeeper,
+        risk: RiskMarker,
+        counters: LogCounters,
+        status_file: StatusFile,
+    ) -> None:
+        self.janitor = janitor
+        self.settings = settings
+        self.bus = bus
+        self.state = state
+        self.scheduler = scheduler
+        self.pending = pending
+        self.ballast = ballast
+        self.risk = risk
+        self.counters = counters
+        self.status_file = status_file
+        self._trackers: dict[int, LevelTracker] = {}
+        self._pressed_at: dict[int, float] = {}  # monotonic time of the last pressure sweep
+        self._sample_every = settings.sample_interval_s
+
+    def sample(self) -> None:
+        """Sample every volume, forecast, update levels, act on changes, publish."""
+        now = time.time()
+        policy = self.janitor.policy
+        ledger = self.janitor.ledger
+        readings: dict[int, VolumeState] = {}
+        for device, roots in volume_trees(policy).items():
+            volume = Volume.of(policy, volume_stats(roots[0]))
+            horizon = policy.volume_policy(device).horizon
+            readings[device] = VolumeState.of(volume, horizon=horizon, updated=now)
+        cutoff = now - self.settings.forecast_window_s
+
+        def record(tx: Tx) -> dict[int, list[tuple[float, int]]]:
+            series: dict[int, list[tuple[float, int]]] = {}
+            for device, vs in readings.items():
+                tx.samples.add(device, now, vs.free, vs.total)
+                series[device] = tx.samples.series(device, cutoff)
+            return series
+
+        series = ledger.call(record)
+        with ledger.read() as tx:
+            live = live_reservations(tx, now=now)
+        changes: list[_Change] = []
+        for device, vs in readings.items():
+            fc = forecast(series.get(device, []), vs.floor)
+            vs.fill_rate = round(fc.fill_rate, 3)
+            vs.eta_floor = finite(fc.eta_floor)
+            vs.eta_full = finite(fc.eta_full)
+            vs.confidence = fc.confidence
+            mine = [r for r in live if r.device == device]
+            vs.reserved = sum(r.outstanding for r in mine)
+            vs.live = len(mine)
+            tracker = self._trackers.setdefault(device, LevelTracker(self.settings.settle_s))
+            before = tracker.level
+            reading = assess(vs.free, vs.floor, vs.free_low, fc, horizon=vs.horizon)
+            if tracker.update(reading, now):
+                changes.append((device, before, tracker.level, tracker.reason))
+            # The level shown and acted on is this reading's; the damped one (worse at once,
+            # better after settle_s) is for alerts: level events, log lines, the ballast's
+            # return. Stopping jobs never waits for a level to catch up.
+            vs.level, vs.reason = reading.level, reading.reason
+            vs.alert_level = tracker.level
+            if reading.level != "ok" and vs.free < vs.free_low and self._due(device):
+                self.pending.volume(device)
+            self.ballast.manage(device, vs, reading.level, tracker.level)
+            if reading.level == "critical" or any(r.at_risk for r in mine):
+                self.risk.decide(device, vs)
+        self._publish_levels(readings, changes, now)
+        self._pace_sampling(any(vs.free < vs.free_low for vs in readings.values()))
+        with self.state.lock:
+            self.state.volumes = readings
+        self.counters.tail_log()
+        self.status_file.write()
+
+    def _due(self, device: int) -> bool:
+        """True at most every ``sample_interval_s`` per volume: a pressure sweep walks the caches
+        under their locks, which a refused reservation's make-room needs too, so sampling a low
+        volume more often must not sweep it more often."""
+        now = time.monotonic()
+        if now - self._pressed_at.get(device, -1e9) < self.settings.sample_interval_s * 0.9:
+            return False
+        self._pressed_at[device] = now
+        return True
+
+    def _pace_sampling(self, low: bool) -> None:
+        """Sample every ``sample_interval_low_s`` while some volume is below free_low, else every
+        ``sample_interval_s``: jobs must hear they are at risk before an outside writer fills
+        the rest (the soak: 12 MiB/s against a 25.6 MiB floor)."""
+        s = self.settings
+        want = min(s.sample_interval_low_s, s.sample_interval_s) if low else s.sample_interval_s
+        if want == self._sample_every:
+            return
+        self._sample_every = want
+        self.scheduler.reschedule("sample", want)
+        log.info("sampling every %gs (%s)", want, "a volume is low" if low else "all volumes ok")
+
+    def _publish_levels(
+        self, readings: dict[int, VolumeState], changes: list[_Change], now: float
+    ) -> None:
+        rows = [
+            (
+                device,
+                vs.mount,
+                vs.level,
+                vs.reason,
+                vs.fill_rate,
+                vs.eta_floor,
+                vs.eta_full,
+                vs.confidence,
+                now,
+            )
+            for device, vs in readings.items()
+        ]
+        self.janitor.ledger.call(lambda tx: tx.volumes.publish(rows))
+        for device, before, after, why in changes:
+            vs = readings[device]
+            log.warning("volume %s: level %s -> %s (%s)", vs.mount, before, after, why)
+            self.bus.publish(
+                "level",
+                volume=vs.mount,
+                level=after,
+                previous=before,
+                reason=why,
+                free=vs.free,
+                floor=vs.floor,
+                eta_floor=vs.eta_floor,
+            )

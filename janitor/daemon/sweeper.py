@@ -1,0 +1,191 @@
+"""Sweeps: the periodic full sweep, and the eviction thread for changed trees and low volumes.
+
+The watcher reports a cache tree once its events settle, the sampler a volume below free_low;
+both land in :class:`Pending`, and the eviction thread (``janitor-evict``) handles what piled
+up, one pass at a time. Each sweep's numbers go to the daemon state (metrics, status.json).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from janitor.admission.volume import Volume
+from janitor.cleanup.sweep import SweepResult, make_room
+from janitor.config.settings import Settings
+from janitor.core import Janitor
+from janitor.daemon.lifecycle import guarded
+from janitor.daemon.metrics import DaemonState, TreeState
+from janitor.daemon.volumes import volume_trees
+from janitor.daemon.watching import Watching
+from janitor.host.space import mount_point, volume_stats
+
+__all__ = ["Pending", "Sweeper"]
+
+log = logging.getLogger("janitor.daemon")
+
+
+class Pending:
+    """Trees that changed and volumes under pressure, waiting for the eviction thread."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._trees: set[str] = set()
+        self._volumes: set[int] = set()
+
+    def tree(self, name: str) -> None:
+        """Tree ``name`` changed (its events settled): sweep it."""
+        with self._cond:
+            self._trees.add(name)
+            self._cond.notify()
+
+    def volume(self, device: int) -> None:
+        """Volume ``device`` is below free_low: evict until free_target."""
+        with self._cond:
+            self._volumes.add(device)
+            self._cond.notify()
+
+    def wait(self, stop: threading.Event) -> None:
+        """Sleep until something is pending or ``stop`` is set (and ``wake_all`` called)."""
+        with self._cond:
+            while not (self._trees or self._volumes or stop.is_set()):
+                self._cond.wait()
+
+    def take(self) -> tuple[set[str], set[int]]:
+        """What is pending, emptied."""
+        with self._cond:
+            trees, self._trees = self._trees, set()
+            volumes, self._volumes = self._volumes, set()
+        return trees, volumes
+
+    def wake_all(self) -> None:
+        """Wake the waiters (to see the stop event)."""
+        with self._cond:
+            self._cond.notify_all()
+
+
+class Sweeper:
+    """Runs the sweeps and the pressure evictions, and records what each sweep measured."""
+
+    def __init__(
+        self,
+        janitor: Janitor,
+        settings: Settings,
+        state: DaemonState,
+        stop: threading.Event,
+        *,
+        pending: Pending,
+        watching: Watching,
+    ) -> None:
+        self.janitor = janitor
+        self.settings = settings
+        self.state = state
+        self.pending = pending
+        self.watching = watching
+        self._stop = stop
+        self._thread: threading.Thread | None = None
+
+    # -- the eviction thread -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the eviction thread."""
+        self._thread = threading.Thread(target=self._work, name="janitor-evict", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Wake the eviction thread to see the stop event."""
+        self.pending.wake_all()
+
+    def join(self) -> None:
+        """Wait a moment for a pass in progress (a sweep is not waited for to its end)."""
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+
+    def _work(self) -> None:
+        """Runs ``process_dirty`` whenever a tree changed or a volume is under pressure, one
+        pass at a time (what piles up meanwhile is handled by the next pass)."""
+        run = guarded(self.process_dirty, self._stop)
+        while True:
+            self.pending.wait(self._stop)
+            if self._stop.is_set():
+                return
+            run()
+
+    def process_dirty(self) -> None:
+        """Sweep trees that changed, and evict under pressure where volumes are low."""
+        dirty, pressure = self.pending.take()
+        for tree in sorted(dirty):
+            if (
+                tree in self.janitor.policy.trees
+                and self.janitor.policy.trees[tree].role == "cache"
+            ):
+                self.record_sweep(self.janitor.sweep(tree, pressure=False))
+        for device in pressure:
+            self.relieve(device)
+
+    # -- sweeps --------------------------------------------------------------------------------
+
+    def sweep_all(self) -> None:
+        """The periodic full sweep (quotas, ages, orphans, pressure)."""
+        self.record_sweep(self.janitor.sweep())
+
+    def record_sweep(self, result: SweepResult) -> None:
+        """Publish what a sweep measured of each tree; log what it deleted and its warnings."""
+        now = time.time()
+        watch = {w.tree: w for w in self.watching.status()}
+        with self.state.lock:
+            for t in result.plan.trees:
+                if t.quota is None and t.role == "cache" and t.tree in self.state.trees:
+                    continue  # a pressure-only summary: keep the sweep's numbers
+                left = t.usage - sum(
+                    o.bytes for o in result.report.outcomes if o.deleted and o.item.tree == t.tree
+                )
+                w = watch.get(t.tree)
+                self.state.trees[t.tree] = TreeState(
+                    name=t.tree,
+                    role=t.role,
+                    mount=mount_point(t.root),
+                    usage=left,
+                    quota=t.quota,
+                    units=t.units,
+                    last_sweep=now,
+                    watch=w.mode if w else "polling",
+                    watch_reason=w.reason if w else "",
+                )
+        if result.report.deleted_units:
+            log.info(
+                "swept %d units, %d B (free space +%d B)",
+                result.report.deleted_units,
+                result.report.deleted_bytes,
+                result.report.reclaimed_bytes,
+            )
+        for warning in result.report.warnings:
+            log.warning("%s", warning)
+
+    def relieve(self, device: int) -> None:
+        """Pressure eviction: caches on the volume until free >= free_target (Nix-style)."""
+        policy = self.janitor.policy
+        roots = volume_trees(policy).get(device)
+        if not roots:
+            return
+
+        def need() -> int:
+            v = Volume.of(policy, volume_stats(roots[0]))
+            return v.free_target - v.free if v.free < v.free_low else 0
+
+        report = make_room(
+            policy,
+            self.janitor.ledger,
+            self.settings.state_dir,
+            device,
+            need,
+            reason="pressure",
+        )
+        if report is not None and report.deleted_units:
+            log.warning(
+                "pressure eviction on device %d freed %d B in %d units",
+                device,
+                report.deleted_bytes,
+                report.deleted_units,
+            )
