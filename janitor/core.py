@@ -31,6 +31,7 @@ from janitor.admission.reserve import (
     resolve_path,
     tree_on,
 )
+from janitor.admission.volume import Volume
 from janitor.config.policy import Policy, load_policy
 from janitor.config.settings import Settings
 from janitor.errors import ConfigError, SpaceRisk
@@ -234,8 +235,8 @@ class Janitor:
         tree = self.policy.trees.get(info.tree)
         if tree is None:
             return True  # cannot measure it any more: the mark stands
-        _, _, free, floor = measure(self.policy, tree)
-        return free < floor
+        vol = measure(self.policy, tree)
+        return vol.free < vol.floor
 
     def check_risk(self, info: ReservationInfo) -> None:
         """Raise SpaceRisk if this reservation must stop: its volume is below the floor now and
@@ -247,8 +248,8 @@ class Janitor:
         """
         tree = self.policy.trees.get(info.tree)
         if tree is not None:
-            _, _, free, floor = measure(self.policy, tree)
-            if free >= floor:
+            vol = measure(self.policy, tree)
+            if vol.free >= vol.floor:
                 return
         with self.ledger.read() as tx:
             reason = tx.reservations.at_risk(info.id)
@@ -283,18 +284,18 @@ class Janitor:
         tree = tree_on(self.policy, device)
         if tree is None:
             return None
-        _, _, free, floor = measure(self.policy, tree)
-        if free < floor and evict:
+        vol = measure(self.policy, tree)
+        if vol.free < vol.floor and evict:
             from janitor.cleanup.sweep import make_room
 
             def deficit() -> int:
                 """What the volume lacks below its floor, counting what jobs still write."""
-                _, _, free, floor = measure(self.policy, tree)
-                if free >= floor:
+                now = measure(self.policy, tree)
+                if now.free >= now.floor:
                     return 0
                 with self.ledger.read() as tx:
                     live = live_reservations(tx, device=device)
-                return floor + sum(r.outstanding for r in live) - free
+                return now.floor + sum(r.outstanding for r in live) - now.free
 
             make_room(
                 self.policy,
@@ -421,6 +422,10 @@ class Janitor:
         return ended
 
     # -- status --------------------------------------------------------------------------------
+
+    def volumes(self) -> dict[str, Volume]:
+        """Each tree's volume by tree name, measured now, with this policy's numbers for it."""
+        return {name: Volume.at(self.policy, t.path) for name, t in self.policy.trees.items()}
 
     def status(self, *, with_usage: bool = True) -> Status:
         """Volumes, trees and live reservations, measured now."""

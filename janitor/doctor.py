@@ -10,7 +10,6 @@ import http.client
 import json
 import os
 import socket
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from janitor.config.settings import Settings
-from janitor.errors import JanitorError
+from janitor.errors import JanitorError, LedgerError
 from janitor.host.fdwalk import tree_shape
 
 __all__ = ["Check", "run_checks"]
@@ -87,6 +86,7 @@ def _checks(
     platform: str,
     run: Callable[[list[str]], subprocess.CompletedProcess[str]],
 ) -> Iterator[Check]:
+    from janitor.admission.volume import Volume
     from janitor.config.policy import load_policy
     from janitor.host.space import volume_stats
     from janitor.sizes import format_size
@@ -137,37 +137,36 @@ def _checks(
             continue
         devices.setdefault(vs.device, []).append(name)
 
-    for device, names in devices.items():
+    for names in devices.values():
         tree = policy.trees[names[0]]
-        vs = volume_stats(tree.path)
-        floor, free_low, _ = policy.volume_policy(device).numbers(vs.total)
+        vol = Volume.at(policy, tree.path)
         what = (
-            f"{vs.mount}: {format_size(vs.free)} free of {format_size(vs.total)}, "
-            f"floor {format_size(floor)}"
+            f"{vol.mount}: {format_size(vol.free)} free of {format_size(vol.total)}, "
+            f"floor {format_size(vol.floor)}"
         )
-        if floor >= vs.total // 2:
+        if vol.floor >= vol.total // 2:
             yield Check(
-                f"volume {vs.mount}",
+                f"volume {vol.mount}",
                 "warn",
                 what + " (the floor is half the volume or more)",
                 "lower [volume] floor, or most reservations will be refused",
             )
-        if vs.free < floor:
+        if vol.free < vol.floor:
             yield Check(
-                f"volume {vs.mount}",
+                f"volume {vol.mount}",
                 "fail",
                 what + ": below the floor",
                 "free space (`janitor sweep`, or `janitor emergency` if the disk is full)",
             )
-        elif vs.free < free_low:
+        elif vol.free < vol.free_low:
             yield Check(
-                f"volume {vs.mount}",
+                f"volume {vol.mount}",
                 "warn",
                 what + ": below free_low",
                 "run `janitor sweep`, or let the daemon evict caches",
             )
         else:
-            yield Check(f"volume {vs.mount}", "ok", what)
+            yield Check(f"volume {vol.mount}", "ok", what)
 
     yield _ledger_check(settings)
     yield from _daemon_checks(settings)
@@ -182,17 +181,15 @@ def _ledger_check(settings: Settings) -> Check:
     path = settings.ledger_path
     if not path.exists():
         return Check("ledger", "ok", f"{path} not created yet (the first reservation creates it)")
+    from janitor.ledger.db import Ledger
+
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-        try:
-            result = conn.execute("PRAGMA integrity_check").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
+        result = Ledger(path).integrity_check()
+    except LedgerError as exc:
         return Check(
             "ledger",
             "fail",
-            f"{path}: {exc}",
+            str(exc),
             "move the file aside; space-janitor starts a new ledger",
         )
     if result != "ok":

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import errno
 
+from janitor.humanize import format_size
+
 TYPE_CHECKING = False  # typing costs the guarded ffmpeg 20 ms at every start
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -98,13 +100,6 @@ class LedgerFull(LedgerError):
         self.errno = errno.ENOSPC
 
 
-def _fmt(n: int) -> str:
-    # Local import keeps this module free of dependencies; sizes imports nothing heavy.
-    from janitor.sizes import format_size
-
-    return format_size(n)
-
-
 class ReservationRefused(JanitorError, OSError):
     """Admission said no: granting would take the volume below its floor.
 
@@ -145,13 +140,13 @@ class ReservationRefused(JanitorError, OSError):
 
     def _message(self) -> str:
         msg = (
-            f"refused {_fmt(self.requested)} on tree {self.tree!r} ({self.volume}): "
-            f"free {_fmt(self.free)} - floor {_fmt(self.floor)} - reserved by others "
-            f"{_fmt(self.reserved)} leaves {_fmt(self.available)}, "
-            f"short by {_fmt(self.shortfall)}"
+            f"refused {format_size(self.requested)} on tree {self.tree!r} ({self.volume}): "
+            f"free {format_size(self.free)} - floor {format_size(self.floor)} - reserved by others "
+            f"{format_size(self.reserved)} leaves {format_size(self.available)}, "
+            f"short by {format_size(self.shortfall)}"
         )
         if self.evicted:
-            msg += f" (after evicting {_fmt(self.evicted)} of cache)"
+            msg += f" (after evicting {format_size(self.evicted)} of cache)"
         return msg
 
     def __str__(self) -> str:

@@ -12,6 +12,7 @@ import re
 from fractions import Fraction
 
 from janitor.errors import ConfigError
+from janitor.humanize import format_duration, format_size
 
 __all__ = ["MAX_SIZE", "format_duration", "format_size", "parse_duration", "parse_size"]
 
@@ -59,20 +60,6 @@ def parse_size(text: str | int, *, allow_zero: bool = False, what: str = "size")
     return value
 
 
-def format_size(n: float) -> str:
-    """``1610612736`` -> ``"1.5 GiB"``; exact bytes below 1 KiB; negative sizes keep their sign."""
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    if n < 1024:
-        return f"{sign}{int(n)} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024
-        if n < 1024 or unit == "TiB":
-            text = f"{n:.1f}".rstrip("0").rstrip(".")
-            return f"{sign}{text} {unit}"
-    raise AssertionError("unreachable")
-
-
 def parse_duration(text: str | float, *, what: str = "duration") -> float:
     """Seconds from ``"30m"``, ``"1h30m"``, ``"90s"``, ``"250ms"`` or a number of seconds."""
     if isinstance(text, bool):
@@ -93,20 +80,3 @@ def parse_duration(text: str | float, *, what: str = "duration") -> float:
     if seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
         raise ConfigError(f"{what} {text!r} must be a positive duration")
     return seconds
-
-
-def format_duration(seconds: float) -> str:
-    """``5400`` -> ``"1h30m"``; ``42.5`` -> ``"42s"``; compact, for tables."""
-    if seconds < 0:
-        return "-" + format_duration(-seconds)
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    s = int(seconds)
-    out = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if s >= size:
-            out.append(f"{s // size}{unit}")
-            s %= size
-        if len(out) == 2:
-            break
-    return "".join(out) or "0s"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from janitor.admission.reserve import live_reservations
-from janitor.admission.volume import Forecast, Level, assess
+from janitor.admission.volume import ORDER, Forecast, Level, Volume
 from janitor.config.policy import Policy, TreePolicy
 from janitor.host.space import VolumeStats, allocated_size, volume_stats
 from janitor.ledger.db import Ledger
@@ -23,42 +23,10 @@ __all__ = [
     "Level",
     "Status",
     "TreeStatus",
-    "VolumeStatus",
+    "Volume",
     "collect_status",
-    "level_of",
     "tree_usage",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class VolumeStatus:
-    """One volume: free space against its floor, what reservations still claim, its level."""
-
-    device: int
-    mount: str
-    total: int
-    free: int
-    floor: int
-    free_low: int
-    free_target: int
-    reserved: int
-    level: Level
-    reason: str
-    trees: tuple[str, ...]
-    fill_rate: float | None = None
-    eta_floor: float | None = None
-    forecast_updated: float | None = None
-
-    @property
-    def headroom(self) -> int:
-        """Bytes a new reservation could get now: free - floor - reserved (may be negative)."""
-        return self.free - self.floor - self.reserved
-
-    def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["trees"] = list(self.trees)
-        data["headroom"] = self.headroom
-        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,19 +52,18 @@ class Status:
 
     time: float
     policy: str
-    volumes: tuple[VolumeStatus, ...]
+    volumes: tuple[Volume, ...]
     trees: tuple[TreeStatus, ...]
     reservations: tuple[ReservationInfo, ...] = field(default=())
 
     @property
     def level(self) -> Level:
         """The worst level of any volume."""
-        order: dict[str, int] = {"ok": 0, "warn": 1, "critical": 2}
-        worst = max((order[v.level] for v in self.volumes), default=0)
+        worst = max((ORDER[v.level] for v in self.volumes), default=0)
         levels: tuple[Level, ...] = ("ok", "warn", "critical")
         return levels[worst]
 
-    def volume(self, device: int) -> VolumeStatus:
+    def volume(self, device: int) -> Volume:
         """The status of the volume with this ``st_dev``."""
         for v in self.volumes:
             if v.device == device:
@@ -112,12 +79,6 @@ class Status:
             "trees": [t.as_dict() for t in self.trees],
             "reservations": [r.as_dict() for r in self.reservations],
         }
-
-
-def level_of(free: int, floor: int, free_low: int) -> tuple[Level, str]:
-    """The level a free-space reading alone implies, and why (no forecast)."""
-    reading = assess(free, floor, free_low, None, horizon=0.0)
-    return reading.level, reading.reason
 
 
 def _dir_unit_matches(tree: TreePolicy, unit: Path) -> bool:
@@ -174,35 +135,24 @@ def collect_status(policy: Policy, ledger: Ledger, *, with_usage: bool = True) -
         forecasts = tx.volumes.forecasts()
     volumes = []
     for device, vol in stats.items():
-        vp = policy.volume_policy(device)
-        floor, free_low, free_target = vp.numbers(vol.total)
         reserved = sum(r.outstanding for r in live if r.device == device)
-        fill_rate = eta_floor = updated = None
         fc = None
         row = forecasts.get(device)
         # A forecast is only trusted while the daemon keeps it fresh; the level is judged the
-        # way the daemon judges it (risk.assess), from this reading of free space.
+        # way the daemon judges it (Volume.of), from this reading of free space.
         if row is not None and now - row[4] < 60:
             fill_rate, eta_floor, eta_full, confidence, updated = row
             fc = Forecast(fill_rate or 0.0, eta_floor, eta_full, confidence or 0.0, 0)
-        reading = assess(vol.free, floor, free_low, fc, horizon=vp.horizon)
-        level, reason = reading.level, reading.reason
         volumes.append(
-            VolumeStatus(
-                device=device,
-                mount=vol.mount,
-                total=vol.total,
-                free=vol.free,
-                floor=floor,
-                free_low=free_low,
-                free_target=free_target,
+            Volume.of(
+                policy,
+                vol,
                 reserved=reserved,
-                level=level,
-                reason=reason,
+                forecast=fc,
                 trees=tuple(members[device]),
-                fill_rate=fill_rate,
-                eta_floor=eta_floor,
-                forecast_updated=updated,
+                fill_rate=None if fc is None else fill_rate,
+                eta_floor=None if fc is None else eta_floor,
+                forecast_updated=None if fc is None else updated,
             )
         )
     # A mark counts only while its volume is below the floor (as Reservation.check() reads

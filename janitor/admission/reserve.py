@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from janitor.admission.risk import Claim, choose_at_risk, stop_deficit
+from janitor.admission.volume import Level, Volume, level_of
 from janitor.errors import ConfigError, ReservationRefused, UnknownReservation
 from janitor.host.fastpaths import LINUX
 from janitor.host.owner import is_alive
-from janitor.host.space import allocated_size, existing_ancestor, volume_stats
+from janitor.host.space import allocated_size, existing_ancestor
 from janitor.ledger.paths import py_path
 from janitor.ledger.reservations import ReservationInfo, new_id, outstanding
 from janitor.sizes import format_size
@@ -60,6 +61,17 @@ class Admission:
     floor: int
     reserved: int
     evicted: int = 0
+    free_low: int = 0
+
+    @property
+    def level(self) -> Level:
+        """The volume's level on this reading of free space (no forecast)."""
+        return level_of(self.free, self.floor, self.free_low)[0]
+
+    @property
+    def reason(self) -> str:
+        """Why the volume is at that level (empty when ok)."""
+        return level_of(self.free, self.floor, self.free_low)[1]
 
     @property
     def available(self) -> int:
@@ -100,6 +112,7 @@ class Admission:
             "available": self.available,
             "shortfall": self.shortfall,
             "fits": self.fits,
+            "level": self.level,
         }
 
 
@@ -287,43 +300,41 @@ def live_reservations(
     return out
 
 
-def measure(policy: Policy, tree: TreePolicy) -> tuple[int, str, int, int]:
-    """(device, mount, free, floor) of the tree's volume, from a fresh statvfs."""
-    vol = volume_stats(tree.path)
-    floor, _, _ = policy.volume_policy(vol.device).numbers(vol.total)
-    return vol.device, vol.mount, vol.free, floor
+def measure(policy: Policy, tree: TreePolicy) -> Volume:
+    """The tree's volume, from a fresh statvfs."""
+    return Volume.at(policy, tree.path)
 
 
-#: tree path -> (policy, folder statted, device, size, mount, floor): what a volume is and its
-#: floor change only when something is mounted or resized, which changes device or size.
-_VOLUMES: dict[Path, tuple[Policy, str, int, int, str, int]] = {}
+#: tree path -> (policy, folder statted, the volume as last measured): what a volume is and its
+#: numbers change only when something is mounted or resized, which changes device or size.
+_VOLUMES: dict[Path, tuple[Policy, str, Volume]] = {}
 
 
-def _measure_fast(policy: Policy, tree: TreePolicy) -> tuple[int, str, int, int]:
-    """``measure()`` at the cost of one statvfs and one stat while nothing changed.
+def _measure_fast(policy: Policy, tree: TreePolicy) -> tuple[int, str, int, int, int]:
+    """(device, mount, free, floor, free_low) of the tree's volume at the cost of one statvfs
+    and one stat while nothing changed.
 
-    Free space is always read afresh; the device, mount and floor are reused while the same
-    folder still reports the same device and size (walking up to the mount point and
-    resolving the volume's policy cost more than the statvfs).
+    Free space is always read afresh; the device, mount and numbers (``Volume.of``) are
+    reused while the same folder still reports the same device and size (walking up to the
+    mount point and resolving the volume's policy cost more than the statvfs).
     """
     known = _VOLUMES.get(tree.path)
     if known is not None and known[0] is policy:
-        _, folder, device, total, mount, floor = known
+        _, folder, vol = known
         try:
             st = os.statvfs(folder)
-            same = os.stat(folder).st_dev == device and st.f_blocks * st.f_frsize == total
+            same = os.stat(folder).st_dev == vol.device and st.f_blocks * st.f_frsize == vol.total
         except OSError:
             same = False
         # A missing tree is measured at its nearest existing parent, until it is created.
         if same and (folder == str(tree.path) or str(existing_ancestor(tree.path)) == folder):
-            return device, mount, st.f_bavail * st.f_frsize, floor
+            return vol.device, vol.mount, st.f_bavail * st.f_frsize, vol.floor, vol.free_low
     folder = str(existing_ancestor(tree.path))
-    vol = volume_stats(folder)
-    floor, _, _ = policy.volume_policy(vol.device).numbers(vol.total)
+    vol = Volume.at(policy, folder)
     if len(_VOLUMES) > 64:
         _VOLUMES.clear()
-    _VOLUMES[tree.path] = (policy, folder, vol.device, vol.total, vol.mount, floor)
-    return vol.device, vol.mount, vol.free, floor
+    _VOLUMES[tree.path] = (policy, folder, vol)
+    return vol.device, vol.mount, vol.free, vol.floor, vol.free_low
 
 
 def admit(
@@ -347,7 +358,7 @@ def admit(
     """
     now = time.time() if now is None else now
     known = _VOLUMES.get(tree.path)
-    device = known[2] if known is not None and known[0] is policy else -1
+    device = known[2].device if known is not None and known[0] is policy else -1
     if device == -1:
         device = _measure_fast(policy, tree)[0]  # first admission on this tree here
     while True:
@@ -355,11 +366,11 @@ def admit(
         # Free space is read after the reserved bytes are summed: a job writing meanwhile
         # only lowers free and raises what its reservation has written, which errs on the
         # safe side (the other order would count what it wrote as free and as still to come).
-        measured, mount, free, floor = _measure_fast(policy, tree)
+        measured, mount, free, floor, free_low = _measure_fast(policy, tree)
         if measured == device:
             break
         device = measured  # its volume changed meanwhile: sum again for the new one
-    decision = Admission(tree.name, mount, device, nbytes, free, floor, reserved, evicted)
+    decision = Admission(tree.name, mount, device, nbytes, free, floor, reserved, evicted, free_low)
     if not decision.fits and grant:
         tx.log.add(
             "refuse",
@@ -486,13 +497,16 @@ def grow_reservation(
     reap(tx, now)
     info = get_reservation(tx, rid)
     _require_live(info, "grow")
-    device, mount, free, floor = measure(policy, tree)
+    vol = measure(policy, tree)
+    device, mount, free, floor = vol.device, vol.mount, vol.free, vol.floor
     others = [
         r for r in live_reservations(tx, device=device, now=now, check_owners=False) if r.id != rid
     ]
     reserved = sum(r.outstanding for r in others)
     written = info.bytes - info.outstanding
-    decision = Admission(tree.name, mount, device, new_bytes - written, free, floor, reserved)
+    decision = Admission(
+        tree.name, mount, device, new_bytes - written, free, floor, reserved, 0, vol.free_low
+    )
     if new_bytes > info.bytes and not decision.fits:
         tx.log.add(
             "refuse",
@@ -577,7 +591,7 @@ def assess_risk(
     than the one that granted it. Above the floor every mark on the volume is cleared.
     """
     now = time.time() if now is None else now
-    device, mount, free, floor = _measure_fast(policy, tree)
+    device, mount, free, floor, _ = _measure_fast(policy, tree)
     if free >= floor:
         cleared = tx.reservations.marked_on(device)
         if cleared:
@@ -593,7 +607,7 @@ def assess_risk(
         left = max(0, nbytes - written)
         claims.append(Claim(rid, left, created, flag is not None, written))
         jobs[rid] = job
-    device, mount, free, floor = _measure_fast(policy, tree)  # read after the sum, as admit()
+    device, mount, free, floor, _ = _measure_fast(policy, tree)  # read after the sum, as admit()
     reserved = sum(c.outstanding for c in claims)
     deficit = stop_deficit(free, floor, reserved)
     chosen = choose_at_risk(deficit, claims)
@@ -626,7 +640,7 @@ def tree_on(policy: Policy, device: int) -> TreePolicy | None:
     for tree in policy.trees.values():
         known = _VOLUMES.get(tree.path)
         if known is not None and known[0] is policy:
-            if known[2] == device:
+            if known[2].device == device:
                 return tree
             continue
         try:

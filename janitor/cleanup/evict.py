@@ -1080,7 +1080,6 @@ def _why(exc: OSError, what: str) -> str:
     return f"{what}: {exc.strerror}"
 
 
-#: The ledger's log row (as ``Ledger.log`` writes it), for many rows in one executemany.
 _REASON_JSON = {r: json.dumps(r) for r in get_args(Reason)}
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from janitor.admission.reserve import live_reservations, reap
+from janitor.admission.volume import Volume
 from janitor.cleanup.evict import (
     Plan,
     Protection,
@@ -255,11 +256,10 @@ def run_sweep(
         if pressure:
             for device in devices:
                 on_volume = [s for s in scanned if s[0].device == device and s[0].exists]
-                vs = volume_stats(on_volume[0][0].root)
-                _, free_low, free_target = policy.volume_policy(device).numbers(vs.total)
-                if vs.free >= free_low:
+                vs = Volume.at(policy, on_volume[0][0].root)
+                if vs.free >= vs.free_low:
                     continue
-                need = free_target - vs.free - totals.get(device, 0)
+                need = vs.free_target - vs.free - totals.get(device, 0)
                 if need > 0:
                     extra = plan_pressure(
                         on_volume,
@@ -395,9 +395,9 @@ def emergency(
         caches = [t for t in trees if t.role == "cache"]
         if not caches:
             continue
-        vs = volume_stats(caches[0].path)
-        _, free_low, free_target = policy.volume_policy(device).numbers(vs.total)
-        if vs.free >= free_low and not dry_run:
+        vs = Volume.at(policy, caches[0].path)
+        free_target = vs.free_target
+        if vs.free >= vs.free_low and not dry_run:
             continue
         scanned = [s for s in _scan_trees(ledger, caches, None) if s[0].exists]
         try:

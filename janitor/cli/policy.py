@@ -17,28 +17,24 @@ __all__ = ["policy_show", "policy_validate"]
 
 def _policy_dict(jan: Janitor) -> dict[str, Any]:
     """The JSON shape of `janitor policy show --json`: each volume's numbers, each tree's."""
-    from janitor.host.space import device_of, volume_stats
-
-    jan_policy = jan.policy
     trees: dict[str, Any] = {}
     volumes: dict[int, dict[str, Any]] = {}
-    for name, t in jan_policy.trees.items():
-        vol = volume_stats(t.path)
-        floor, free_low, free_target = jan_policy.volume_policy(vol.device).numbers(vol.total)
+    for name, vol in jan.volumes().items():
+        t = jan.policy.trees[name]
         volumes[vol.device] = {
             "mount": vol.mount,
             "total": vol.total,
-            "floor": floor,
-            "free_low": free_low,
-            "free_target": free_target,
+            "floor": vol.floor,
+            "free_low": vol.free_low,
+            "free_target": vol.free_target,
         }
         trees[name] = {
             **t.model_dump(mode="json", exclude={"name"}),
             "quota_bytes": t.quota_bytes(vol.total),
             "low_watermark_bytes": t.low_bytes(vol.total),
-            "device": device_of(t.path),
+            "device": vol.device,
         }
-    return {"source": str(jan_policy.source), "volumes": list(volumes.values()), "trees": trees}
+    return {"source": str(jan.policy.source), "volumes": list(volumes.values()), "trees": trees}
 
 
 def policy_show(as_json: JsonOpt = False) -> None:

@@ -143,7 +143,6 @@ def check(
     0 otherwise.
     """
     from janitor.sizes import format_size
-    from janitor.status import level_of
 
     jan = open_janitor()
     if reservation is not None:
@@ -152,13 +151,9 @@ def check(
     if tree is None or size is None:
         fail("give TREE and SIZE, or --reservation ID", 2)
     d = jan.check(tree, size, path=path)
-    vol = jan.policy.volume_policy(d.device)
-    from janitor.host.space import volume_stats
-
-    _, free_low, _ = vol.numbers(volume_stats(jan.policy.tree(tree).path).total)
-    level, reason = level_of(d.free, d.floor, free_low)
+    level, reason = d.level, d.reason
     if as_json:
-        print_json({**d.as_dict(), "level": level})
+        print_json(d.as_dict())
     if not d.fits:
         say(str(d.refusal()).replace("refused", "would refuse", 1))
         raise typer.Exit(EXIT_TEMPFAIL)

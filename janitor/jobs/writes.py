@@ -114,7 +114,7 @@ def open_writes(
                 raise
             granted.append(r.info)
             outputs.append(w.path)
-            floors.append(measure(jan.policy, jan.policy.tree(tree))[3])
+            floors.append(measure(jan.policy, jan.policy.tree(tree)).floor)
     except BaseException:
         for info in granted:
             try:

@@ -465,13 +465,16 @@ class Ledger:
         """SQLite's ``PRAGMA integrity_check`` of the file: ``"ok"`` or what is wrong.
 
         It opens the file read-only on a connection of its own, so it neither creates nor
-        upgrades a ledger; sqlite3.Error when the file cannot be read as a database.
+        upgrades a ledger; LedgerError when the file cannot be read as a database.
         """
-        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5)
         try:
-            return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
-        finally:
-            conn.close()
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5)
+            try:
+                return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            raise LedgerError(f"{self.path}: {exc}") from None
 
 
 def _volume_full(folder: Path) -> bool:
