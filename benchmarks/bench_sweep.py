@@ -5,14 +5,14 @@ Measures, in one run, on trees generated under a fresh folder (``--where``, defa
 
 * scan: ``janitor.cleanup.scan.scan(root)`` beside ``du -s root`` on the same generated tree of
   ``--files`` files (read only, so both read the very same tree; the order alternates);
-* delete: ``janitor.cleanup.evict.apply(plan, ledger=...)`` on a tree of ``--delete`` files beside
+* delete: ``janitor.cleanup.delete.apply(plan, ledger=...)`` on a tree of ``--delete`` files beside
   ``find root -type f -delete`` on an identical tree (same names, sizes and contents). The plan
   comes from a cache-tree policy whose quota is 1 byte, low watermark 0 and min_age 0, so every
   file is chosen; only ``apply`` is compared with find, the scan + group + open-files + plan
   phase is reported on its own row. Leases are on (``prepare_leases()``); one extra run with
   leases off shows what they cost;
 * planner: ``janitor.cleanup.units.group_units`` on an in-memory snapshot of
-  ``--planner-entries`` files (no disk), then ``janitor.cleanup.evict.plan_tree`` over the
+  ``--planner-entries`` files (no disk), then ``janitor.cleanup.plan.plan_tree`` over the
   units with a quota that makes it choose about half of them, with a few pins, reservations,
   held locks and open files so every check in the classifier runs.
 
@@ -65,7 +65,9 @@ from rich.console import Console
 from rich.table import Table
 
 import janitor.host.inuse as inuse
-from janitor.cleanup.evict import Plan, Protection, apply, plan_tree
+from janitor.cleanup import delete
+from janitor.cleanup.delete import apply
+from janitor.cleanup.plan import Plan, Protection, plan_tree
 from janitor.cleanup.scan import Entry, Snapshot, scan
 from janitor.cleanup.units import Unit, group_units
 from janitor.config.policy import SizeSpec, TreePolicy
@@ -386,8 +388,7 @@ def timed_apply(prep: Prepared, state: Path) -> tuple[Sample, int]:
         shutil.rmtree(state)
     state.mkdir()
     ledger = Ledger(state / "ledger.sqlite3")
-    with ledger.read() as conn:  # schema created and connection open, as in a running sweep
-        conn.execute("SELECT 1").fetchall()
+    ledger.last_log_id()  # schema created and connection open, as in a running sweep
     try:
         report, dt = timed(lambda: apply(prep.plan, ledger=ledger, open_set=prep.open_set))
     finally:
@@ -399,7 +400,13 @@ def timed_apply(prep: Prepared, state: Path) -> tuple[Sample, int]:
 
 
 def bench_delete(
-    work: Path, n: int, per_dir: int, repeat: int, leases_off_run: bool, profile: bool
+    work: Path,
+    n: int,
+    per_dir: int,
+    repeat: int,
+    leases_off_run: bool,
+    profile: bool,
+    one_thread_run: bool = True,
 ) -> list[Row]:
     jan: list[Sample] = []
     find: list[Sample] = []
@@ -459,6 +466,26 @@ def bench_delete(
         remove_tree(root)
         rows.append(
             Row(f"delete {n:,} files: apply, leases off", [dt], find, "info", None, "1 run")
+        )
+    if one_thread_run:
+        # The executor's second thread (janitor.cleanup.delete._THREADS) pays only where deletes
+        # wait on the disk; this row says what one thread alone would take here.
+        root = work / "del-onethread"
+        console.print(f"[dim]delete, one thread: generating {n:,} files ...[/]")
+        make_tree(root, n, per_dir)
+        warm(root)
+        prep = prepare(root, n)
+        os.sync()
+        saved_threads = delete._THREADS
+        delete._THREADS = 1
+        try:
+            dt, _ = timed_apply(prep, work / "state")
+        finally:
+            delete._THREADS = saved_threads
+        del prep
+        remove_tree(root)
+        rows.append(
+            Row(f"delete {n:,} files: apply, one thread", [dt], find, "info", None, "1 run")
         )
     detail = ", ".join(
         f"{k} {fmt_s(statistics.median(s[0] for s in v))}" for k, v in phases.items()
@@ -708,6 +735,9 @@ def main(argv: list[str] | None = None) -> int:
         "--no-leases-off", action="store_true", help="skip the extra delete run with leases off"
     )
     ap.add_argument(
+        "--no-one-thread", action="store_true", help="skip the extra delete run on one thread"
+    )
+    ap.add_argument(
         "--only",
         choices=("scan", "delete", "planner"),
         action="append",
@@ -764,7 +794,13 @@ def main(argv: list[str] | None = None) -> int:
             rows += bench_scan(work, args.files, args.per_dir, args.repeat, args.profile)
         if "delete" in parts:
             rows += bench_delete(
-                work, args.delete, args.per_dir, args.repeat, not args.no_leases_off, args.profile
+                work,
+                args.delete,
+                args.per_dir,
+                args.repeat,
+                not args.no_leases_off,
+                args.profile,
+                not args.no_one_thread,
             )
         if "planner" in parts:
             rows += bench_planner(args.planner_entries, args.per_dir, args.repeat, args.profile)

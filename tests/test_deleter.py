@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from janitor import Janitor
-from janitor.cleanup.evict import Outcome, Plan, Report, apply
+from janitor.cleanup.delete import Outcome, Report, apply
+from janitor.cleanup.plan import Plan
 from janitor.host import inuse
 
 from ._enforce_helpers import (
@@ -686,13 +687,13 @@ def test_many_units_go_with_every_check_and_are_logged_in_plan_order(
 ) -> None:
     """Threads (forced here from the first units on) change nothing but speed: each unit is
     still checked right before it goes, outcomes and the log keep the plan's LRU order."""
-    import janitor.cleanup.evict as evict
+    import janitor.cleanup.delete as delete
 
-    monkeypatch.setattr(evict, "_THREADS", threads)
-    monkeypatch.setattr(evict, "_PROBE", 2)
-    monkeypatch.setattr(evict, "_THREADS_MIN", 1)
-    monkeypatch.setattr(evict, "_CHUNK", 3)
-    monkeypatch.setattr(evict, "_WAIT_RATIO", 0.0)
+    monkeypatch.setattr(delete, "_THREADS", threads)
+    monkeypatch.setattr(delete, "_PROBE", 2)
+    monkeypatch.setattr(delete, "_THREADS_MIN", 1)
+    monkeypatch.setattr(delete, "_CHUNK", 3)
+    monkeypatch.setattr(delete, "_WAIT_RATIO", 0.0)
     root = tmp_path / "cache"
     for i in range(40):
         folder = root / ("sub" if i % 3 else "")

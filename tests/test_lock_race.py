@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from janitor import Janitor
-from janitor.cleanup.evict import Protection, apply, plan_tree
+from janitor.cleanup.delete import apply
+from janitor.cleanup.plan import Protection, plan_tree
 from janitor.cleanup.scan import scan
 from janitor.cleanup.units import group_units
 from janitor.host.inuse import prepare_leases

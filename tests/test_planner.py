@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from janitor.cleanup.evict import KEEP_REASONS, Plan, Protection, plan_pressure, plan_tree
+from janitor.cleanup.plan import KEEP_REASONS, Plan, Protection, plan_pressure, plan_tree
 from janitor.cleanup.scan import Entry, Snapshot
 from janitor.cleanup.units import Unit, UnitTable, group_units
 from janitor.config.policy import TreePolicy

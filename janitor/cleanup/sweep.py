@@ -19,16 +19,8 @@ from typing import Any
 
 from janitor.admission.reserve import live_reservations, reap
 from janitor.admission.volume import Volume
-from janitor.cleanup.evict import (
-    Plan,
-    Protection,
-    Reason,
-    Report,
-    apply,
-    plan_pressure,
-    plan_tree,
-    plan_units,
-)
+from janitor.cleanup.delete import Report, apply
+from janitor.cleanup.plan import Plan, Protection, Reason, plan_pressure, plan_tree, plan_units
 from janitor.cleanup.scan import Snapshot, display_path, scan
 from janitor.cleanup.units import UnitTable, group_units
 from janitor.config.policy import Policy, TreePolicy
