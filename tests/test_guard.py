@@ -739,6 +739,29 @@ def test_shim_install_status_uninstall(run_cli: Cli, tmp_path: Path) -> None:
     assert gone.returncode == 0 and not (folder / "ffmpeg").exists(), gone.stderr
 
 
+def test_a_guard_written_before_the_upgrade_still_runs_and_is_called_stale(
+    run_cli: Cli, tmp_path: Path
+) -> None:
+    """Shims written before the guard moved to ``janitor.jobs.guard`` import ``janitor.guard``:
+    ffmpeg must keep working through them until ``shim install`` rewrites them."""
+    folder = tmp_path / "bin"
+    assert run_cli("shim", "install", "--dir", folder).returncode == 0
+    shim = folder / "ffmpeg"
+    new = shim.read_text()
+    assert "from janitor.jobs.guard import main" in new
+    shim.write_text(
+        new.replace("from janitor.jobs.guard import main", "from janitor.guard import main")
+    )
+    env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
+    old = subprocess.run([str(shim), "-version"], capture_output=True, text=True, env=env)
+    bare = subprocess.run([REAL_FFMPEG, "-version"], capture_output=True, text=True)
+    assert (old.returncode, old.stdout) == (bare.returncode, bare.stdout), old.stderr
+    state = json.loads(run_cli("shim", "status", "--dir", folder, "--json").stdout)
+    assert state["installed"] and not state["current"], state
+    assert run_cli("shim", "install", "--dir", folder).returncode == 0
+    assert shim.read_text() == new
+
+
 def test_shim_uninstall_refuses_a_file_that_is_not_the_guard(run_cli: Cli, tmp_path: Path) -> None:
     folder = tmp_path / "bin"
     folder.mkdir()

@@ -26,7 +26,7 @@ LAYERS = [
     ("janitor.admission",),
     ("janitor.cleanup",),
     ("janitor.handles", "janitor.core", "janitor.status"),
-    ("janitor.jobs",),
+    ("janitor.jobs", "janitor.guard"),
     ("janitor.doctor", "janitor.service"),
     ("janitor.daemon",),
     ("janitor.cli", "janitor.__main__"),

@@ -6,6 +6,7 @@ space-janitor 0.x shipped, so the upgrade runs on what a user's disk really hold
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import secrets
@@ -13,6 +14,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -312,3 +314,32 @@ def test_prune_drops_what_is_past_its_time_in_batches_and_keeps_the_newest_line(
     assert ledger.prune(batch=10) is False
     assert [e.ts for e in ledger.entries()] == [now, now, now - 100]
     ledger.close()
+
+
+def _open_and_write(path: str, go: Any, out: Any) -> None:
+    try:
+        ledger = Ledger(Path(path), lock_timeout=10)
+        go.wait()
+        with ledger.write() as tx:
+            tx.log.add("upgrade", pid=os.getpid())
+        out.put("ok")
+    except BaseException as exc:
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_many_processes_opening_a_new_ledger_at_once_all_get_in(tmp_path: Path) -> None:
+    """They race to switch the new file to WAL, and SQLite tells the losers "locked" without
+    waiting: each must wait its turn, not fail."""
+    ctx = multiprocessing.get_context("fork")
+    for round_ in range(12):
+        path = tmp_path / f"r{round_}" / "ledger.sqlite3"
+        go, out = ctx.Event(), ctx.Queue()
+        procs = [ctx.Process(target=_open_and_write, args=(str(path), go, out)) for _ in range(8)]
+        for p in procs:
+            p.start()
+        go.set()
+        results = [out.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(30)
+        assert results == ["ok"] * len(procs), results
+        assert len(Ledger(path).entries(events=("upgrade",))) == len(procs)

@@ -1,1 +1,1 @@
-"""Cleanup as a pipeline of values: scan -> units -> plan (pure) -> apply (deletes) -> sweep."""
+"""Cleanup as a flow of values: scan -> units -> plan (pure) -> delete (the deleter) -> sweep."""

@@ -11,16 +11,15 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
-import math
 import os
 import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple, get_args
+from typing import NamedTuple
 
-from janitor.cleanup.plan import Plan, PlanItem, Reason, TreePlan
+from janitor.cleanup.plan import Plan, PlanItem, TreePlan
 from janitor.cleanup.scan import Entry
 from janitor.cleanup.units import Unit
 from janitor.host import inuse
@@ -553,21 +552,13 @@ def _why(exc: OSError, what: str) -> str:
     return f"{what}: {exc.strerror}"
 
 
-_REASON_JSON = {r: json.dumps(r) for r in get_args(Reason)}
+#: json.dumps(..., sort_keys=True) without building an encoder for every removed unit.
+_encode = json.JSONEncoder(sort_keys=True).encode
 
 
 def _log_detail(files: int, last_use: float, reason: str) -> str:
-    """``json.dumps({"files": .., "last_use": .., "reason": ..}, sort_keys=True)``, formatted
-    directly in the common case (json spells ints and finite floats as repr does)."""
-    quoted = _REASON_JSON.get(reason)
-    if (
-        quoted is not None
-        and type(files) is int
-        and type(last_use) is float
-        and math.isfinite(last_use)
-    ):
-        return f'{{"files": {files}, "last_use": {last_use!r}, "reason": {quoted}}}'
-    return json.dumps({"files": files, "last_use": last_use, "reason": reason}, sort_keys=True)
+    """The log row's detail: what was removed and why, as the other log events spell theirs."""
+    return _encode({"files": files, "last_use": last_use, "reason": reason})
 
 
 def _log_path(path: str) -> str:

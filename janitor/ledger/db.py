@@ -213,7 +213,9 @@ class Ledger:
             # A ledger of a newer space-janitor is refused before anything is changed in it.
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             self._refuse_newer(version)
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            # Processes opening a new ledger at once race to switch it to WAL; SQLite answers
+            # the losers "locked" without calling its busy handler, so they wait here instead.
+            mode = self._retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())[0]
             if str(mode).lower() != "wal":
                 conn.execute("PRAGMA journal_mode = DELETE")
             conn.execute("PRAGMA synchronous = NORMAL")
@@ -300,12 +302,16 @@ class Ledger:
     # -- transactions --------------------------------------------------------------------------
 
     def _begin(self, conn: sqlite3.Connection) -> None:
+        self._retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"))
+
+    def _retry_busy(self, fn: Callable[[], _T]) -> _T:
+        """``fn()``, again after a short random sleep while SQLite says busy or locked, for at
+        most ``lock_timeout`` seconds."""
         deadline = time.monotonic() + self.lock_timeout
         delay = 0.0002
         while True:
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
+                return fn()
             except sqlite3.OperationalError as exc:
                 code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
                 if code not in (_SQLITE_BUSY, _SQLITE_LOCKED) or time.monotonic() > deadline:
