@@ -449,44 +449,31 @@ def bench_delete(
             TARGET_DELETE_RATIO,
         )
     ]
+
+    def one_run(label: str, module: object, attr: str, value: object) -> None:
+        """One more delete run with ``module.attr`` set to ``value``, as an info row."""
+        root = work / f"del-{attr.strip('_').lower()}"
+        console.print(f"[dim]delete, {label}: generating {n:,} files ...[/]")
+        make_tree(root, n, per_dir)
+        warm(root)
+        prep = prepare(root, n)
+        os.sync()
+        saved = getattr(module, attr)
+        setattr(module, attr, value)
+        try:
+            dt, _ = timed_apply(prep, work / "state")
+        finally:
+            setattr(module, attr, saved)
+        del prep
+        remove_tree(root)
+        rows.append(Row(f"delete {n:,} files: apply, {label}", [dt], find, "info", None, "1 run"))
+
     if leases_off_run and leases:
-        root = work / "del-noleases"
-        console.print(f"[dim]delete, leases off: generating {n:,} files ...[/]")
-        make_tree(root, n, per_dir)
-        warm(root)
-        prep = prepare(root, n)
-        os.sync()
-        saved = inuse._lease_ok
-        inuse._lease_ok = False
-        try:
-            dt, _ = timed_apply(prep, work / "state")
-        finally:
-            inuse._lease_ok = saved
-        del prep
-        remove_tree(root)
-        rows.append(
-            Row(f"delete {n:,} files: apply, leases off", [dt], find, "info", None, "1 run")
-        )
+        one_run("leases off", inuse, "_lease_ok", False)
     if one_thread_run:
-        # The executor's second thread (janitor.cleanup.delete._THREADS) pays only where deletes
-        # wait on the disk; this row says what one thread alone would take here.
-        root = work / "del-onethread"
-        console.print(f"[dim]delete, one thread: generating {n:,} files ...[/]")
-        make_tree(root, n, per_dir)
-        warm(root)
-        prep = prepare(root, n)
-        os.sync()
-        saved_threads = delete._THREADS
-        delete._THREADS = 1
-        try:
-            dt, _ = timed_apply(prep, work / "state")
-        finally:
-            delete._THREADS = saved_threads
-        del prep
-        remove_tree(root)
-        rows.append(
-            Row(f"delete {n:,} files: apply, one thread", [dt], find, "info", None, "1 run")
-        )
+        # The executor's second thread pays only where deletes wait on the disk: this row says
+        # what one thread alone takes here.
+        one_run("one thread", delete, "_THREADS", 1)
     detail = ", ".join(
         f"{k} {fmt_s(statistics.median(s[0] for s in v))}" for k, v in phases.items()
     )

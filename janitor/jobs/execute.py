@@ -97,10 +97,9 @@ def _run(
     out = info.path
     env = {**os.environ, "JANITOR_RESERVATION": info.id}
     try:
-        child = Supervised(command, env=env)
+        child, forwarded = forward_signals(lambda: Supervised(command, env=env))
     except OSError as exc:  # e.g. ENOEXEC: an executable file that is no program
         raise ConfigError(f"cannot run {command[0]!r}: {exc.strerror}") from None
-    forwarded = forward_signals(child)
     stopped: str | None = None
     written = 0
     limit = info.bytes

@@ -648,12 +648,11 @@ def _run(real: str, args: list[str], hold: _Hold, log_dir: str | None) -> int:
 
     before = {r[1]: _identity(r[1]) for r in hold.reservations if r[1]}
     try:
-        child = Supervised([real, *args])
+        child, previous = forward_signals(lambda: Supervised([real, *args]))
     except OSError as exc:
         hold.release()
         _say(f"cannot run {real}: {exc.strerror}")
         return EXIT_NO_FFMPEG
-    previous = forward_signals(child)
     stopped = None
     try:
         try:

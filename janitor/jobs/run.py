@@ -328,10 +328,9 @@ def run_command(
         if jan.settings.policy is not None or "JANITOR_POLICY" in os.environ:
             child_env["JANITOR_POLICY"] = str(jan.settings.policy_path)
         try:
-            child = Supervised(list(command), env=child_env)
+            child, previous = forward_signals(lambda: Supervised(list(command), env=child_env))
         except OSError as exc:
             raise ConfigError(f"cannot run {command[0]!r}: {exc.strerror}") from None
-        previous = forward_signals(child)
         tree = _ProcessTree(child.pid)
         try:
             while (returncode := child.wait(1.0)) is None:

@@ -35,7 +35,7 @@ from janitor.host.fastpaths import LINUX, PORTABLE
 # The guarded ffmpeg imports this module on every call: no typing at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from types import FrameType
     from typing import IO, Any
 
@@ -341,31 +341,48 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def forward_signals(child: Supervised) -> dict[int, Any]:
-    """Pass the signals we get on to the command (its process group); handle job control.
+def forward_signals(start: Callable[[], Supervised]) -> tuple[Supervised, dict[int, Any]]:
+    """Start the command with ``start()`` and pass the signals we get on to it (its process
+    group); handle job control. Returns the command and the previous handlers, for
+    :func:`restore_signals`.
 
-    Ctrl-Z stops the command and then us, so the shell that ran us sees a stopped job; SIGCONT
-    (``fg``) continues both. Returns the previous handlers, for :func:`restore_signals`.
+    The handlers go in before the command starts: a signal that comes while it starts (a
+    Ctrl-C, or a SIGTERM sent as soon as the command said it was ready) is passed on the moment
+    the command runs, instead of killing us unforwarded. Ctrl-Z stops the command and then us,
+    so the shell that ran us sees a stopped job; SIGCONT (``fg``) continues both.
     """
     import threading
 
     forwarded: dict[int, Any] = {}
     if threading.current_thread() is not threading.main_thread():
-        return forwarded
+        return start(), forwarded
+    started: list[Supervised] = []
+    early: list[int] = []
 
     def forward(signum: int, frame: FrameType | None) -> None:
-        child.signal(signum)
+        if started:
+            started[0].signal(signum)
+        else:
+            early.append(signum)
 
     def suspend(signum: int, frame: FrameType | None) -> None:
-        child.signal(signal.SIGSTOP)
+        started[0].signal(signal.SIGSTOP)
         os.kill(os.getpid(), signal.SIGSTOP)
 
     for sig in FORWARDED_SIGNALS:
         forwarded[sig] = signal.signal(sig, forward)
+    try:
+        child = start()
+    except BaseException:
+        restore_signals(forwarded)
+        raise
+    started.append(child)
+    for signum in early:
+        child.signal(signum)
     if not child.foreground:  # in the foreground the terminal stops and continues both
         forwarded[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, suspend)
         forwarded[signal.SIGCONT] = signal.signal(signal.SIGCONT, forward)
-    return forwarded
+    return child, forwarded
 
 
 def restore_signals(previous: dict[int, Any]) -> None:
