@@ -469,7 +469,7 @@ def bench_delete(
         rows.append(Row(f"delete {n:,} files: apply, {label}", [dt], find, "info", None, "1 run"))
 
     if leases_off_run and leases:
-        one_run("leases off", inuse, "_lease_ok", False)
+        one_run("leases off", inuse.probe, "lease_ok", False)
     if one_thread_run:
         # The executor's second thread pays only where deletes wait on the disk: this row says
         # what one thread alone takes here.

@@ -134,7 +134,7 @@ class _Deleter:
         self.open_set = open_set
         self.pinned = pinned
         self.uid = os.geteuid()
-        self.leases = inuse._lease_ok
+        self.leases = inuse.leases_ready()
         # Without write leases (macOS, JANITOR_PORTABLE) the kernel cannot be asked per file:
         # the open-file list is taken again while deleting (see _open_now), not only at planning.
         self.opened = None if self.leases else opened
@@ -268,12 +268,11 @@ class _Deleter:
     def _alone(self, fd: int, st: os.stat_result) -> None:
         """Skip unless no other process has the open file (fd: ours, of a regular file)."""
         if self.leases:
-            try:
-                fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
-                return  # granted: nobody else has it open, and closing fd ends the lease
-            except OSError as exc:
-                if exc.errno in (errno.EAGAIN, errno.EBUSY):
-                    raise _Skip("open in another process") from None
+            granted = inuse.lease(fd)
+            if granted:
+                return  # nobody else has it open, and closing fd ends the lease
+            if granted is False:
+                raise _Skip("open in another process")
             # no lease here: what the open-file list says now, not only at planning
             if self._fallback is not None and (st.st_dev, st.st_ino) in self._fallback():
                 raise _Skip("open in another process")
