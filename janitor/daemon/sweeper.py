@@ -12,7 +12,6 @@ import threading
 import time
 
 from janitor.admission.volume import Volume
-from janitor.cleanup.sweep import SweepResult, make_room
 from janitor.config.settings import Settings
 from janitor.core import Janitor
 from janitor.daemon.lifecycle import guarded
@@ -20,6 +19,10 @@ from janitor.daemon.metrics import DaemonState, TreeState
 from janitor.daemon.volumes import volume_trees
 from janitor.daemon.watching import Watching
 from janitor.host.space import mount_point, volume_stats
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from janitor.cleanup.sweep import SweepResult
 
 __all__ = ["Pending", "Sweeper"]
 
@@ -173,6 +176,9 @@ class Sweeper:
         def need() -> int:
             v = Volume.of(policy, volume_stats(roots[0]))
             return v.free_target - v.free if v.free < v.free_low else 0
+
+        # numpy and the planner load with the first sweep, not before the socket is up.
+        from janitor.cleanup.sweep import make_room
 
         report = make_room(
             policy,
