@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -299,9 +300,15 @@ def test_align_worker_stops_early_when_the_volume_goes_critical(
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the worker wrote no windows: {proc.communicate()[1]}")
             time.sleep(0.005)
-        filler = run(
-            [sys.executable, "-c", FILLER, tmp / "other-program.bin", str(floor - MiB)], env
-        )
+        # Held still while the outside writer fills the volume, so the job is surely mid-way
+        # when it goes critical (on a loaded machine it could otherwise finish first).
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            filler = run(
+                [sys.executable, "-c", FILLER, tmp / "other-program.bin", str(floor - MiB)], env
+            )
+        finally:
+            proc.send_signal(signal.SIGCONT)
         assert filler.returncode == 0, filler.stderr
         _, stderr = proc.communicate(timeout=60)
     finally:
