@@ -824,7 +824,7 @@ def apply(
             dev = trees[o.item.tree].device
             deleted_on[dev] = deleted_on.get(dev, 0) + o.bytes
     for device, (mount, before) in volumes.items():
-        after = volume_stats_of_mount(mount)
+        after = volume_stats(mount).free
         delta = VolumeDelta(device, mount, before, after)
         deltas.append(delta)
         deleted = deleted_on.get(device, 0)
@@ -835,8 +835,3 @@ def apply(
                 "btrfs/ZFS) may keep the blocks"
             )
     return Report(tuple(outcomes), tuple(deltas), False, tuple(warnings))
-
-
-def volume_stats_of_mount(mount: str) -> int:
-    """Free bytes of the volume mounted at ``mount``."""
-    return volume_stats(mount).free
