@@ -9,12 +9,14 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from janitor.admission.jobs import JobEnd, reap_jobs
 from janitor.admission.reserve import (
     Admission,
     RiskDecision,
@@ -39,6 +41,7 @@ from janitor.handles import Pin, Reservation
 from janitor.host.owner import process_start
 from janitor.host.space import device_of
 from janitor.ledger.db import Ledger
+from janitor.ledger.jobs import JobInfo
 from janitor.ledger.log import LogEntry
 from janitor.ledger.pins import PinInfo
 from janitor.ledger.reservations import ReservationInfo
@@ -48,7 +51,36 @@ from janitor.status import Status, collect_status
 if TYPE_CHECKING:
     from janitor.cleanup.sweep import EmergencyResult, SweepResult
 
-__all__ = ["Janitor"]
+__all__ = ["Janitor", "Reaped", "SpaceSignal"]
+
+
+class Reaped(NamedTuple):
+    """What a reap ended: reservations, how many pins, and jobs (done, orphaned, removed)."""
+
+    reservations: list[ReservationInfo]
+    pins: int
+    jobs: list[JobEnd]
+
+
+class SpaceSignal:
+    """Told when space may have come back (a release, a job's end, a sweep), so that calls
+    waiting for room in this process try again at once rather than at their next poll."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._generation = 0
+
+    def notify(self) -> None:
+        """Wake every waiter."""
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until notified or ``timeout`` seconds passed; True if notified."""
+        with self._cond:
+            seen = self._generation
+            return self._cond.wait_for(lambda: self._generation != seen, max(0.0, timeout))
 
 
 class Janitor:
@@ -58,6 +90,8 @@ class Janitor:
         self.settings = settings
         self.policy = policy
         self.ledger = ledger or Ledger(settings.ledger_path, lock_timeout=settings.lock_timeout_s)
+        #: Told when space may have come back here (waiting calls try again at once).
+        self.space = SpaceSignal()
 
     @classmethod
     def from_settings(
@@ -183,6 +217,7 @@ class Janitor:
     def release(self, reservation_id: str) -> ReservationInfo:
         """End a live reservation; UnknownReservation if it is unknown or already ended."""
         info: ReservationInfo = self.ledger.call(end_reservation, reservation_id)
+        self.space.notify()
         return info
 
     def renew(self, reservation_id: str, ttl: float | str | None = None) -> ReservationInfo:
@@ -412,14 +447,45 @@ class Janitor:
         with self.ledger.read() as tx:
             return tx.samples.since(time.time() - since_s)
 
-    def reap(self, now: float | None = None) -> tuple[list[ReservationInfo], int]:
-        """End the reservations and pins whose owner died or whose TTL passed, in one
-        transaction; returns the reservations ended and how many pins."""
+    def reap(self, now: float | None = None) -> Reaped:
+        """End, in one transaction, the reservations and pins whose owner died or whose TTL
+        passed, and the jobs whose folder is gone or whose every writer died (those become
+        orphans, to remove at once)."""
         at = time.time() if now is None else now
-        ended: tuple[list[ReservationInfo], int] = self.ledger.call(
-            lambda tx: (reap(tx, at), tx.pins.reap(at))
+        ended: Reaped = self.ledger.call(
+            lambda tx: Reaped(reap(tx, at), tx.pins.reap(at), reap_jobs(tx, at))
         )
+        if ended.reservations or ended.jobs:
+            self.space.notify()
         return ended
+
+    def jobs(self) -> list[JobInfo]:
+        """The job folders the guard recorded that are live or orphaned, oldest first."""
+        with self.ledger.read() as tx:
+            return tx.jobs.active()
+
+    def remove_orphans(self, *, dry_run: bool = False) -> list[JobInfo]:
+        """Remove the folders of orphaned jobs (every writer died) now, each with every deleter
+        check; returns the jobs whose folder went."""
+        from janitor.cleanup.sweep import remove_units
+
+        removed = []
+        for job in self.jobs():
+            if job.state != "orphan" or job.foreign or job.tree not in self.policy.trees:
+                continue
+            report = remove_units(
+                self.policy,
+                self.ledger,
+                self.settings.state_dir,
+                job.tree,
+                [os.path.basename(job.folder)],
+                dry_run=dry_run,
+            )
+            if any(o.deleted for o in report.outcomes) or (dry_run and report.outcomes):
+                removed.append(job)
+        if removed and not dry_run:
+            self.reap()
+        return removed
 
     # -- status --------------------------------------------------------------------------------
 

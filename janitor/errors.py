@@ -25,6 +25,7 @@ __all__ = [
     "JanitorError",
     "LedgerError",
     "LedgerFull",
+    "NeverFits",
     "PolicyError",
     "ReservationRefused",
     "SpaceRisk",
@@ -118,6 +119,10 @@ class ReservationRefused(JanitorError, OSError):
         reserved: int,
         volume: str,
         evicted: int = 0,
+        *,
+        queued: int = 0,
+        waited_s: float = 0.0,
+        output: str | None = None,
     ) -> None:
         self.tree = tree
         self.requested = requested
@@ -126,27 +131,40 @@ class ReservationRefused(JanitorError, OSError):
         self.reserved = reserved
         self.volume = volume
         self.evicted = evicted
+        #: Bytes that jobs waiting ahead of this one need (first come, first served).
+        self.queued = queued
+        #: Seconds this request waited for room before it was refused.
+        self.waited_s = waited_s
+        #: The file that does not fit, when the request was a command's output.
+        self.output = output
         super().__init__(errno.ENOSPC, self._message())
+        self.filename = output
 
     @property
     def available(self) -> int:
-        """Bytes that could still be granted: free - floor - reserved by others (never < 0)."""
-        return max(0, self.free - self.floor - self.reserved)
+        """Bytes that could still be granted: free - floor - reserved by others - what jobs
+        waiting ahead need (never < 0)."""
+        return max(0, self.free - self.floor - self.reserved - self.queued)
 
     @property
     def shortfall(self) -> int:
         """Bytes missing for this request to fit (including any deficit below the floor)."""
-        return max(0, self.requested - (self.free - self.floor - self.reserved))
+        return max(0, self.requested - (self.free - self.floor - self.reserved - self.queued))
 
     def _message(self) -> str:
+        queued = ""
+        if self.queued:
+            queued = f" - wanted by jobs waiting ahead {format_size(self.queued)}"
         msg = (
             f"refused {format_size(self.requested)} on tree {self.tree!r} ({self.volume}): "
             f"free {format_size(self.free)} - floor {format_size(self.floor)} - reserved by others "
-            f"{format_size(self.reserved)} leaves {format_size(self.available)}, "
+            f"{format_size(self.reserved)}{queued} leaves {format_size(self.available)}, "
             f"short by {format_size(self.shortfall)}"
         )
         if self.evicted:
             msg += f" (after evicting {format_size(self.evicted)} of cache)"
+        if self.waited_s:
+            msg += f" (after waiting {self.waited_s:.0f} s for room)"
         return msg
 
     def __str__(self) -> str:
@@ -165,22 +183,62 @@ class ReservationRefused(JanitorError, OSError):
             "available": self.available,
             "shortfall": self.shortfall,
             "evicted": self.evicted,
+            "queued": self.queued,
+            "waited_s": self.waited_s,
+            "output": self.output,
             "message": self._message(),
         }
 
     def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.__getstate__()))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            k: getattr(self, k)
+            for k in (
+                "tree", "requested", "free", "floor", "reserved", "volume", "evicted", "queued",
+                "waited_s", "output",
+            )
+        }  # fmt: skip
+
+
+def _rebuild(cls: type[ReservationRefused], state: dict[str, Any]) -> ReservationRefused:
+    """Unpickle a refusal of any subclass from its keyword state."""
+    return cls(**state)
+
+
+class NeverFits(ReservationRefused):
+    """A request larger than the volume could ever give it: its capacity less the floor and
+    what lies there outside every reservation and cannot be evicted. Waiting cannot help, so it
+    is refused at once."""
+
+    def __init__(self, *args: Any, capacity: int = 0, held: int = 0, **kwargs: Any) -> None:
+        #: The volume's size, and the bytes on it that no reservation holds and no eviction frees.
+        self.capacity = capacity
+        self.held = held
+        super().__init__(*args, **kwargs)
+
+    @property
+    def most(self) -> int:
+        """The most this volume could ever grant: capacity - floor - held (never < 0)."""
+        return max(0, self.capacity - self.floor - self.held)
+
+    def _message(self) -> str:
         return (
-            type(self),
-            (
-                self.tree,
-                self.requested,
-                self.free,
-                self.floor,
-                self.reserved,
-                self.volume,
-                self.evicted,
-            ),
+            f"refused {format_size(self.requested)} on tree {self.tree!r} ({self.volume}): it can "
+            f"never fit there: capacity {format_size(self.capacity)} - floor "
+            f"{format_size(self.floor)} - {format_size(self.held)} held outside every "
+            f"reservation and cache leaves at most {format_size(self.most)}, "
+            f"short by {format_size(max(0, self.requested - self.most))} even once every job ends"
         )
+
+    def as_dict(self) -> dict[str, Any]:
+        data = super().as_dict()
+        data.update(error="never_fits", capacity=self.capacity, held=self.held, most=self.most)
+        return data
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "capacity": self.capacity, "held": self.held}
 
 
 class SpaceRisk(JanitorError, OSError):

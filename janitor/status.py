@@ -17,6 +17,7 @@ from janitor.admission.volume import ORDER, Forecast, Level, Volume
 from janitor.config.policy import Policy, TreePolicy
 from janitor.host.space import VolumeStats, allocated_size, volume_stats
 from janitor.ledger.db import Ledger
+from janitor.ledger.jobs import JobInfo, Waiter
 from janitor.ledger.reservations import ReservationInfo
 
 __all__ = [
@@ -55,6 +56,10 @@ class Status:
     volumes: tuple[Volume, ...]
     trees: tuple[TreeStatus, ...]
     reservations: tuple[ReservationInfo, ...] = field(default=())
+    #: Job folders the guard recorded that are live or orphaned (awaiting removal).
+    jobs: tuple[JobInfo, ...] = field(default=())
+    #: Calls waiting for room, first come first.
+    waiting: tuple[Waiter, ...] = field(default=())
 
     @property
     def level(self) -> Level:
@@ -78,6 +83,18 @@ class Status:
             "volumes": [v.as_dict() for v in self.volumes],
             "trees": [t.as_dict() for t in self.trees],
             "reservations": [r.as_dict() for r in self.reservations],
+            "jobs": [j.as_dict() for j in self.jobs],
+            "waiting": [
+                {
+                    "id": w.id,
+                    "volume": w.device,
+                    "bytes": w.bytes,
+                    "since": w.since,
+                    "path": w.what,
+                    "owner_pid": w.owner_pid,
+                }
+                for w in self.waiting
+            ],
         }
 
 
@@ -133,6 +150,8 @@ def collect_status(policy: Policy, ledger: Ledger, *, with_usage: bool = True) -
     with ledger.read() as tx:
         live = live_reservations(tx, now=now)
         forecasts = tx.volumes.forecasts()
+        jobs = tuple(tx.jobs.active())
+        waiting = tuple(tx.waiters.all())
     volumes = []
     for device, vol in stats.items():
         reserved = sum(r.outstanding for r in live if r.device == device)
@@ -170,4 +189,6 @@ def collect_status(policy: Policy, ledger: Ledger, *, with_usage: bool = True) -
         volumes=tuple(volumes),
         trees=tuple(tree_rows),
         reservations=tuple(live),
+        jobs=jobs,
+        waiting=waiting,
     )

@@ -129,6 +129,8 @@ def _toml(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
     return json.dumps(os.fspath(value))  # a JSON string is a valid TOML basic string
 
 

@@ -20,12 +20,15 @@ Fixtures (all function scoped):
 ``holder``            ``holder(policy, tree, nbytes) -> Holder``: a process holding a reservation.
 ``assert_one_line``   ``assert_one_line(stderr) -> str``: one line on stderr and no traceback.
 ``remount_tmpfs``     ``remount_tmpfs(mount, "ro")``: remount a tmpfs with new options.
+``m4a``               ``m4a(seconds) -> Path``: a mono AAC recording (module scoped; real ffmpeg).
+``pipeline``          ``pipeline("64m") -> Pipeline``: batchalign3's two trees on a tmpfs.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -573,3 +576,118 @@ def raw_sql(ledger: Ledger) -> Iterator[sqlite3.Connection]:
             yield conn
     finally:
         conn.close()
+
+
+# -- the pipeline: media, and batchalign3's two trees on a tmpfs ---------------------------------
+
+SIM = Path(__file__).with_name("pipeline_sim.py")
+REAL_FFMPEG = shutil.which("ffmpeg") or "ffmpeg"
+PCM_RATE = 64_000  # 16 kHz mono f32le
+WAV_RATE = 32_000  # 16 kHz mono s16le
+
+
+@pytest.fixture(scope="module")
+def m4a(tmp_path_factory: pytest.TempPathFactory) -> Callable[[float], Path]:
+    """``m4a(seconds)``: a mono AAC recording of that length (made once per length)."""
+    folder = tmp_path_factory.mktemp("media")
+    made: dict[float, Path] = {}
+
+    def make(seconds: float) -> Path:
+        if seconds not in made:
+            out = folder / f"talk-{seconds:g}s.m4a"
+            subprocess.run(
+                [
+                    REAL_FFMPEG,
+                    "-nostdin",
+                    "-loglevel",
+                    "error",
+                    "-y",
+                    "-f",
+                    "lavfi",
+                    "-i",
+                    f"sine=frequency=440:duration={seconds}",
+                    "-ac",
+                    "1",
+                    "-c:a",
+                    "aac",
+                    "-b:a",
+                    "24k",
+                    str(out),
+                ],
+                check=True,
+            )
+            made[seconds] = out
+        return made[seconds]
+
+    return make
+
+
+@dataclass
+class Pipeline:
+    """A tmpfs with batchalign3's two trees on it, and the policy naming them."""
+
+    mount: Path
+    cache: Path
+    tmp: Path
+    policy: Path
+
+    def sim(self, *args: str | os.PathLike[str]) -> list[str]:
+        """The simulator's command line for this volume's cache and temp folder."""
+        return [
+            sys.executable,
+            str(SIM),
+            "--cache",
+            str(self.cache),
+            "--tmpdir",
+            str(self.tmp),
+            *(os.fspath(a) for a in args),
+        ]
+
+    def job_folders(self) -> list[Path]:
+        return sorted(self.tmp.glob(".tmp*"))
+
+
+@pytest.fixture
+def pipeline(
+    tmpfs: Callable[..., Path], write_policy: Callable[..., Path]
+) -> Callable[..., Pipeline]:
+    """``pipeline(size, floor=, quota=, cache_min_age=)``: the shipped policy's two trees on a
+    tmpfs (``cache/`` the media cache, ``tmp/`` the job temp folder), short ages."""
+
+    def make(
+        size: str = "64m",
+        *,
+        floor: str = "8MiB",
+        quota: str = "40MiB",
+        cache_min_age: str = "10m",
+    ) -> Pipeline:
+        mount = tmpfs(size)
+        cache, tmp = mount / "cache", mount / "tmp"
+        cache.mkdir()
+        tmp.mkdir()
+        policy = write_policy(
+            {
+                "media_cache": {
+                    "role": "cache",
+                    "path": str(cache),
+                    "quota": quota,
+                    "min_age": cache_min_age,
+                    "low_watermark": "90%",
+                    "group": r"^(?P<key>[^/]+?)(?:\.tmp)?\.wav(?:\.lock)?$",
+                    "lock": "{key}.wav.lock",
+                },
+                "job_tmp": {
+                    "role": "scratch",
+                    "path": str(tmp),
+                    "units": "dir",
+                    "unit_glob": ".tmp*",
+                    "unit_requires": ["fa_v2", "asr_v2"],
+                    "orphan_age": "1h",
+                    "min_age": "0s",
+                },
+            },
+            floor=floor,
+        )
+        return Pipeline(mount, cache, tmp, policy)
+
+    return make

@@ -111,12 +111,24 @@ def duration_of(wav: str) -> float:
         return w.getnframes() / w.getframerate()
 
 
+def _daemonize() -> bool:
+    """Fork twice with a setsid between, as a daemon does: True in the process that returns at
+    once (the launcher), False in the grandchild that goes on, re-parented to init."""
+    if os.fork() > 0:
+        os.wait()  # the first child exits right after its fork
+        return True
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    return False
+
+
 def align(src: str, args: argparse.Namespace) -> None:
     wav = cached_wav(src, args.cache, args.report)
-    job = tempfile.mkdtemp(prefix=".tmp", dir=args.tmpdir)
+    job = args.job_dir or tempfile.mkdtemp(prefix=".tmp", dir=args.tmpdir)
     try:
         audio = os.path.join(job, "fa_v2", "audio")
-        os.makedirs(audio)
+        os.makedirs(audio, exist_ok=True)
         total = duration_of(wav) if wav.endswith(".wav") else args.groups * args.group_s
         for g in range(args.groups):
             start = g * args.group_s
@@ -138,7 +150,8 @@ def align(src: str, args: argparse.Namespace) -> None:
         if args.hold_s:
             time.sleep(args.hold_s)
     finally:
-        shutil.rmtree(job, ignore_errors=True)
+        if not args.job_dir:
+            shutil.rmtree(job, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,7 +167,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--readrate", type=float, help="read the whole-file PCM's input at this speed")
     p.add_argument("--report", help="append one JSON line per file written")
+    p.add_argument(
+        "--job-dir",
+        help="cut into this existing job folder (another job's) instead of a new one; kept",
+    )
+    p.add_argument(
+        "--daemonize",
+        action="store_true",
+        help="double-fork and setsid first (a server that leaves its launcher): the command "
+        "exits at once, the work goes on in the background",
+    )
     args = p.parse_args(argv)
+    if args.daemonize and _daemonize():
+        return 0
     try:
         with ThreadPoolExecutor(args.concurrency) as pool:
             for future in [pool.submit(align, m, args) for m in args.media]:

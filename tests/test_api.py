@@ -49,6 +49,7 @@ RESERVATION_KEYS_ORDERED = (
     "at_risk",
     "outstanding",
     "command_pid",
+    "job_id",
 )
 RESERVATION_KEYS = set(RESERVATION_KEYS_ORDERED)
 #: The documented JSON shape of a refusal.
@@ -63,6 +64,9 @@ REFUSAL_KEYS = {
     "available",
     "shortfall",
     "evicted",
+    "queued",
+    "waited_s",
+    "output",
     "message",
 }
 

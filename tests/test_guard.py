@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,16 @@ import psutil
 import pytest
 
 from ._daemon_helpers import daemon_setup, eventually, running_daemon
-from .conftest import JANITOR_BIN, MiB, fill_file, free_of
+from .conftest import (
+    JANITOR_BIN,
+    PCM_RATE,
+    REAL_FFMPEG,
+    SIM,
+    MiB,
+    Pipeline,
+    fill_file,
+    free_of,
+)
 from .test_e2e_ffmpeg import FreeSampler
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
@@ -36,118 +44,6 @@ pytestmark = pytest.mark.skipif(
     reason="ffmpeg/ffprobe not installed (Debian package ffmpeg; .ci/run installs it)",
 )
 
-SIM = Path(__file__).with_name("pipeline_sim.py")
-REAL_FFMPEG = shutil.which("ffmpeg") or "ffmpeg"
-PCM_RATE = 64_000  # 16 kHz mono f32le
-WAV_RATE = 32_000  # 16 kHz mono s16le
-
-
-@pytest.fixture(scope="module")
-def m4a(tmp_path_factory: pytest.TempPathFactory) -> Callable[[float], Path]:
-    """``m4a(seconds)``: a mono AAC recording of that length (made once per length)."""
-    folder = tmp_path_factory.mktemp("media")
-    made: dict[float, Path] = {}
-
-    def make(seconds: float) -> Path:
-        if seconds not in made:
-            out = folder / f"talk-{seconds:g}s.m4a"
-            subprocess.run(
-                [
-                    REAL_FFMPEG,
-                    "-nostdin",
-                    "-loglevel",
-                    "error",
-                    "-y",
-                    "-f",
-                    "lavfi",
-                    "-i",
-                    f"sine=frequency=440:duration={seconds}",
-                    "-ac",
-                    "1",
-                    "-c:a",
-                    "aac",
-                    "-b:a",
-                    "24k",
-                    str(out),
-                ],
-                check=True,
-            )
-            made[seconds] = out
-        return made[seconds]
-
-    return make
-
-
-@dataclass
-class Pipeline:
-    """A tmpfs with batchalign3's two trees on it, and the policy naming them."""
-
-    mount: Path
-    cache: Path
-    tmp: Path
-    policy: Path
-
-    def sim(self, *args: str | os.PathLike[str]) -> list[str]:
-        """The simulator's command line for this volume's cache and temp folder."""
-        return [
-            sys.executable,
-            str(SIM),
-            "--cache",
-            str(self.cache),
-            "--tmpdir",
-            str(self.tmp),
-            *(os.fspath(a) for a in args),
-        ]
-
-    def job_folders(self) -> list[Path]:
-        return sorted(self.tmp.glob(".tmp*"))
-
-
-@pytest.fixture
-def pipeline(
-    tmpfs: Callable[..., Path], write_policy: Callable[..., Path]
-) -> Callable[..., Pipeline]:
-    """``pipeline(size, floor=, quota=, cache_min_age=)``: the shipped policy's two trees on a
-    tmpfs (``cache/`` the media cache, ``tmp/`` the job temp folder), short ages."""
-
-    def make(
-        size: str = "64m",
-        *,
-        floor: str = "8MiB",
-        quota: str = "40MiB",
-        cache_min_age: str = "10m",
-    ) -> Pipeline:
-        mount = tmpfs(size)
-        cache, tmp = mount / "cache", mount / "tmp"
-        cache.mkdir()
-        tmp.mkdir()
-        policy = write_policy(
-            {
-                "media_cache": {
-                    "role": "cache",
-                    "path": str(cache),
-                    "quota": quota,
-                    "min_age": cache_min_age,
-                    "low_watermark": "90%",
-                    "group": r"^(?P<key>[^/]+?)(?:\.tmp)?\.wav(?:\.lock)?$",
-                    "lock": "{key}.wav.lock",
-                },
-                "job_tmp": {
-                    "role": "scratch",
-                    "path": str(tmp),
-                    "units": "dir",
-                    "unit_glob": ".tmp*",
-                    "unit_requires": ["fa_v2", "asr_v2"],
-                    "orphan_age": "1h",
-                    "min_age": "0s",
-                },
-            },
-            floor=floor,
-        )
-        return Pipeline(mount, cache, tmp, policy)
-
-    return make
-
 
 def log_of(run_cli: Cli) -> list[dict[str, Any]]:
     done = run_cli("log", "--json")
@@ -156,17 +52,25 @@ def log_of(run_cli: Cli) -> list[dict[str, Any]]:
     return entries
 
 
-def assert_nothing_held(run_cli: Cli) -> list[dict[str, Any]]:
-    """No reservation or pin is left, and every grant was released (not reaped)."""
+def assert_nothing_held(run_cli: Cli, *, killed: bool = False) -> list[dict[str, Any]]:
+    """No reservation or pin is left, and every grant was released (not reaped); with
+    ``killed``, a job's working set may have ended with its dead writer instead."""
     done = run_cli("status", "--json")
     assert done.returncode == 0, done.stderr
     status = json.loads(done.stdout)
     assert status["reservations"] == [], status["reservations"]
     entries = log_of(run_cli)
     granted = {e["reservation"] for e in entries if e["event"] == "grant"}
-    released = {e["reservation"] for e in entries if e["event"] == "release"}
+    ended = {"release", "dead"} if killed else {"release"}
+    released = {e["reservation"] for e in entries if e["event"] in ended}
     assert granted and granted == released, entries
     return entries
+
+
+def working_sets(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The grants of jobs' working sets (one per job folder and source), by the folder the
+    job's cuts go to."""
+    return {e["path"]: e for e in entries if e["event"] == "grant" and e["detail"].get("job_id")}
 
 
 def report_of(path: Path) -> list[dict[str, Any]]:
@@ -194,17 +98,24 @@ def test_a_job_that_fits_has_every_write_reserved_at_its_size(
     entries = assert_nothing_held(run_cli)
     grants = {e["path"]: e for e in entries if e["event"] == "grant"}
     for w in writes:
+        if "fa_v2" in w["path"]:
+            continue  # a group cut draws on its job's working set (below)
         assert w["path"] in grants, (w, sorted(grants))
         reserved = grants[w["path"]]["bytes"]
-        if w["path"].endswith(".tmp.wav") or "asr_v2" in w["path"]:
-            # from ffprobe's duration of the AAC input: within 1 %
-            assert abs(reserved - w["bytes"]) <= w["bytes"] / 100, (w, reserved)
-        else:  # a group cut of a WAV, -ss/-to: exact
-            assert reserved == w["bytes"], (w, reserved)
-    for w in writes:
-        if "fa_v2" in w["path"]:
-            assert w["bytes"] == int(4.5 * PCM_RATE)
-    assert "run " in done.stderr and "5 guarded writes reserved" in done.stderr, done.stderr
+        # from ffprobe's duration of the AAC input: within 1 %
+        assert abs(reserved - w["bytes"]) <= w["bytes"] / 100, (w, reserved)
+    cuts = [w for w in writes if "fa_v2" in w["path"]]
+    assert [c["bytes"] for c in cuts] == [int(4.5 * PCM_RATE)] * 3
+    # The first cut reserved the whole cached WAV's working set for the folder, at once: its
+    # samples x 4 bytes (ffprobe's microseconds may round it up by one sample); the other cuts
+    # drew on it.
+    wav = next(w for w in writes if w["path"].endswith(".tmp.wav"))
+    sets = working_sets(entries)
+    audio = os.path.dirname(cuts[0]["path"])
+    assert list(sets) == [audio], sets
+    exact = (wav["bytes"] - 78) * 2  # 16-bit samples after the WAV's 78-byte header
+    assert 0 <= sets[audio]["bytes"] - exact <= 4, (sets[audio], wav)
+    assert "run " in done.stderr and "3 guarded writes reserved" in done.stderr, done.stderr
     assert len(list(p.cache.glob("*.wav"))) == 1  # the conversion stayed, renamed into place
     assert p.job_folders() == []  # the job removed its folder itself
 
@@ -247,11 +158,13 @@ def test_the_guard_asks_the_daemon_when_it_runs(
             assert done.returncode == 0, done.stderr
             log = json.loads(setup.run_cli("log", "--json").stdout)
             grants = {e["path"]: e for e in log if e["event"] == "grant"}
-            assert {w["path"] for w in report_of(report)} <= set(grants)
+            written = [w["path"] for w in report_of(report)]
+            assert len(written) == 3, written  # the cache WAV and two group cuts
+            assert set(grants) == {written[0], os.path.dirname(written[1])}, grants
             # the daemon made them: the guard went through the socket, not the ledger
             lines = (setup.log_dir / "guard.log").read_text().splitlines()
             reserved = [ln for ln in lines if " reserved through the " in ln]
-            assert len(reserved) == len(grants), lines
+            assert len(reserved) == len(written), lines
             assert all("through the daemon" in ln for ln in reserved), lines
             status = setup.run_cli("status", "--json")
             assert json.loads(status.stdout)["reservations"] == [], status.stdout
@@ -291,25 +204,32 @@ def test_require_fit_refuses_a_job_that_cannot_fit_before_it_starts(
 
 
 def test_without_require_fit_the_first_write_that_cannot_fit_fails_above_the_floor(
-    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli
+    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli, tmp_path: Path
 ) -> None:
     p = pipeline("16m", floor="4MiB")
-    src = m4a(150)
+    src = m4a(150)  # its FA working set, 9.6 MB, cannot fit beside its own 4.8 MB cached WAV
+    report = tmp_path / "report.jsonl"
     with FreeSampler(p.mount, interval=0.002) as sampler:
         done = run_cli(
-            "run", "--", *p.sim("--groups", "2", "--group-s", "5", "--whole", src), timeout=180
+            "run",
+            "--",
+            *p.sim("--groups", "2", "--group-s", "5", "--whole", "--report", report, src),
+            timeout=180,
         )
     assert done.returncode == 1, (done.stdout, done.stderr)  # the job failed, as batchalign3's
     error = [ln for ln in done.stderr.splitlines() if ln.startswith("job failed")]
     assert error, done.stderr
-    assert "space-janitor: refused to write" in error[0] and "asr_v2" in error[0], error[0]
-    for word in ("MiB", "free", "floor", "reserved by others", "short by", str(p.mount)):
+    # Refused at the first cut, at once (it could never fit: waiting would not help), before
+    # any group's compute: no cut was written.
+    assert "space-janitor: refused to write" in error[0] and "fa-v2-audio-0" in error[0], error
+    for word in ("MiB", "never fit", "capacity", "floor", "held", str(p.mount)):
         assert word in error[0], (word, error[0])
+    assert [w for w in report_of(report) if "fa_v2" in w["path"]] == []
     assert sampler.min_free >= 4 * MiB, sampler.min_free
     assert len(list(p.cache.glob("*.wav"))) == 1  # the conversion before it went through
     assert p.job_folders() == []
     log = log_of(run_cli)
-    assert [e for e in log if e["event"] == "refuse" and "asr_v2" in (e["path"] or "")], log
+    assert [e for e in log if e["event"] == "refuse" and "fa_v2" in (e["path"] or "")], log
 
 
 # -- (c) an outside writer mid-job --------------------------------------------------------------
@@ -409,7 +329,7 @@ def test_a_sigkilled_job_leaves_nothing_behind(
     assert "removed 1 job folders left behind" in err and mine[0].name in err, err
     assert (other / "fa_v2" / "keep.pcm").read_bytes() == b"x" * 4096  # not the run's: kept
     assert len(list(p.cache.glob("*.wav"))) == 1  # the cache is not a leftover
-    assert_nothing_held(run_cli)
+    assert_nothing_held(run_cli, killed=True)
 
 
 # -- (e) a cached WAV being cut from is not evicted ---------------------------------------------

@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from janitor.admission.risk import Claim, choose_at_risk, stop_deficit
 from janitor.admission.volume import Level, Volume, level_of
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Admission",
+    "Reading",
     "RiskDecision",
     "admit",
     "assess_risk",
@@ -42,6 +43,10 @@ __all__ = [
     "end_reservation",
     "grow_reservation",
     "live_reservations",
+    "log_refuse",
+    "owner_alive",
+    "owners_alive",
+    "read_volume",
     "reap",
     "renew_reservation",
     "resolve_path",
@@ -62,6 +67,9 @@ class Admission:
     reserved: int
     evicted: int = 0
     free_low: int = 0
+    #: Bytes that calls waiting ahead of this one need (first come, first served): counted as
+    #: reserved, so a newcomer never takes the room an earlier waiter waits for.
+    queued: int = 0
 
     @property
     def level(self) -> Level:
@@ -74,22 +82,27 @@ class Admission:
         return level_of(self.free, self.floor, self.free_low)[1]
 
     @property
+    def headroom(self) -> int:
+        """free - floor - reserved by others - queued ahead (may be negative)."""
+        return self.free - self.floor - self.reserved - self.queued
+
+    @property
     def available(self) -> int:
-        """What could still be granted: free - floor - reserved by others, never below zero."""
-        return max(0, self.free - self.floor - self.reserved)
+        """What could still be granted: the headroom, never below zero."""
+        return max(0, self.headroom)
 
     @property
     def fits(self) -> bool:
         """True when the request can be granted."""
-        return self.requested <= self.free - self.floor - self.reserved
+        return self.requested <= self.headroom
 
     @property
     def shortfall(self) -> int:
         """Bytes missing for the request to fit."""
-        return max(0, self.requested - (self.free - self.floor - self.reserved))
+        return max(0, self.requested - self.headroom)
 
-    def refusal(self) -> ReservationRefused:
-        """The error to raise when the request does not fit."""
+    def refusal(self, output: str | None = None, waited_s: float = 0.0) -> ReservationRefused:
+        """The error to raise when the request does not fit (``output``: the file refused)."""
         return ReservationRefused(
             self.tree,
             self.requested,
@@ -98,6 +111,9 @@ class Admission:
             self.reserved,
             self.volume,
             self.evicted,
+            queued=self.queued,
+            waited_s=waited_s,
+            output=output,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -230,9 +246,13 @@ def _reap_and_sum(tx: Tx, now: float, device: int | None) -> tuple[list[Reservat
     ending: list[tuple[str, str]] = []
     reserved = 0
     alive: dict[tuple[int, float | None], bool] = {}
-    for rid, dev, nbytes, path, pid, start, expires, cpid, cstart in tx.reservations.live_rows():
+    for row in tx.reservations.live_rows():
+        rid, dev, nbytes, path, pid, start, expires, cpid, cstart, job_id = row
         if expires <= now:
             ending.append((rid, "expired"))
+            continue
+        if job_id is not None and not os.path.lexists(py_path(path)):
+            ending.append((rid, "released"))  # its job folder is gone: the job is done
             continue
         owner = (pid, start)
         ok = alive.get(owner)
@@ -255,18 +275,26 @@ def _reap_and_sum(tx: Tx, now: float, device: int | None) -> tuple[list[Reservat
         info = tx.reservations.get(rid, measure=False)
         assert info is not None  # read in this very transaction
         tx.reservations.end(info.id, state, now)
+        detail: dict[str, Any] = {"owner_pid": info.owner_pid}
+        if state == "released":
+            detail["why"] = "job folder removed"
         tx.log.add(
-            state,
+            "release" if state == "released" else state,
             tree=info.tree,
             device=info.device,
             reservation=info.id,
             nbytes=info.bytes,
             path=info.path,
             ts=now,
-            owner_pid=info.owner_pid,
+            **detail,
         )
         ended.append(replace(info, state=state, ended=now))
     return ended, reserved
+
+
+def owner_alive(pid: int, start: float | None) -> bool:
+    """Whether process ``pid`` (started at ``start``) runs, the cheap way (_OwnerWatch)."""
+    return _owners.alive(pid, start)
 
 
 def owners_alive(info: ReservationInfo) -> bool:
@@ -296,6 +324,8 @@ def live_reservations(
             continue
         if check_owners and not owners_alive(info):
             continue
+        if info.job_id is not None and info.path is not None and not os.path.lexists(info.path):
+            continue  # its job folder is gone: admission ends it next
         out.append(replace(info, outstanding=outstanding(info.bytes, info.path)))
     return out
 
@@ -310,7 +340,23 @@ def measure(policy: Policy, tree: TreePolicy) -> Volume:
 _VOLUMES: dict[Path, tuple[Policy, str, Volume]] = {}
 
 
-def _measure_fast(policy: Policy, tree: TreePolicy) -> tuple[int, str, int, int, int]:
+class Reading(NamedTuple):
+    """A tree's volume as :func:`read_volume` reads it: which it is, free space now, its floors."""
+
+    device: int
+    mount: str
+    free: int
+    floor: int
+    free_low: int
+
+
+def read_volume(policy: Policy, tree: TreePolicy) -> Reading:
+    """The tree's volume and its free space now, at the cost of one statvfs and one stat while
+    nothing changed (see :func:`_measure_fast`)."""
+    return _measure_fast(policy, tree)
+
+
+def _measure_fast(policy: Policy, tree: TreePolicy) -> Reading:
     """(device, mount, free, floor, free_low) of the tree's volume at the cost of one statvfs
     and one stat while nothing changed.
 
@@ -328,13 +374,14 @@ def _measure_fast(policy: Policy, tree: TreePolicy) -> tuple[int, str, int, int,
             same = False
         # A missing tree is measured at its nearest existing parent, until it is created.
         if same and (folder == str(tree.path) or str(existing_ancestor(tree.path)) == folder):
-            return vol.device, vol.mount, st.f_bavail * st.f_frsize, vol.floor, vol.free_low
+            free = st.f_bavail * st.f_frsize
+            return Reading(vol.device, vol.mount, free, vol.floor, vol.free_low)
     folder = str(existing_ancestor(tree.path))
     vol = Volume.at(policy, folder)
     if len(_VOLUMES) > 64:
         _VOLUMES.clear()
     _VOLUMES[tree.path] = (policy, folder, vol)
-    return vol.device, vol.mount, vol.free, vol.floor, vol.free_low
+    return Reading(vol.device, vol.mount, vol.free, vol.floor, vol.free_low)
 
 
 def admit(
@@ -351,10 +398,16 @@ def admit(
     grant: bool = True,
     now: float | None = None,
     evicted: int = 0,
+    queued: int = 0,
+    job_id: str | None = None,
+    log_refusal: bool = True,
 ) -> tuple[Admission, ReservationInfo | None]:
     """Decide, inside the caller's write transaction; insert the reservation if granted.
 
-    With ``grant=False`` it only answers (`janitor check`); a refusal is logged either way.
+    With ``grant=False`` it only answers (`janitor check`); a refusal is logged unless
+    ``log_refusal`` is False (a caller that rolls its transaction back logs it itself).
+    ``queued``: bytes that calls waiting ahead need, counted as reserved. ``job_id``: the job
+    whose working set this is (``ttl`` is then ``math.inf``: it ends with the job).
     """
     now = time.time() if now is None else now
     known = _VOLUMES.get(tree.path)
@@ -370,21 +423,12 @@ def admit(
         if measured == device:
             break
         device = measured  # its volume changed meanwhile: sum again for the new one
-    decision = Admission(tree.name, mount, device, nbytes, free, floor, reserved, evicted, free_low)
+    decision = Admission(
+        tree.name, mount, device, nbytes, free, floor, reserved, evicted, free_low, queued
+    )
     if not decision.fits and grant:
-        tx.log.add(
-            "refuse",
-            tree=tree.name,
-            device=device,
-            nbytes=nbytes,
-            path=path,
-            ts=now,
-            free=free,
-            floor=floor,
-            reserved=reserved,
-            job=job,
-            check=not grant,
-        )
+        if log_refusal:
+            log_refuse(tx, decision, path=path, ts=now, job=job)
         return decision, None
     if not grant:
         return decision, None
@@ -402,6 +446,7 @@ def admit(
         expires=now + ttl,
         state="live",
         outstanding=outstanding(nbytes, path),
+        job_id=job_id,
     )
     info = tx.reservations.insert(info)
     tx.log.add(
@@ -417,8 +462,30 @@ def admit(
         reserved=reserved,
         job=job,
         owner_pid=owner_pid,
+        **({"job_id": job_id} if job_id else {}),
     )
     return decision, info
+
+
+def log_refuse(
+    tx: Tx, decision: Admission, *, path: str | None, ts: float, job: str | None, **extra: Any
+) -> None:
+    """The log line of a refusal, with its numbers."""
+    if decision.queued:
+        extra["queued"] = decision.queued
+    tx.log.add(
+        "refuse",
+        tree=decision.tree,
+        device=decision.device,
+        nbytes=decision.requested,
+        path=path,
+        ts=ts,
+        free=decision.free,
+        floor=decision.floor,
+        reserved=decision.reserved,
+        job=job,
+        **extra,
+    )
 
 
 def get_reservation(tx: Tx, rid: str) -> ReservationInfo:

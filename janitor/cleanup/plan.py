@@ -34,8 +34,9 @@ __all__ = [
 ]
 
 Reason = Literal["quota", "age", "orphan", "pressure", "make-room"]
-#: Why a unit was kept although it could have been chosen.
-KEEP_REASONS = ("pinned", "reserved", "locked", "open", "young")
+#: Why a unit was kept although it could have been chosen (``job``: a job folder whose
+#: recorded writer still runs).
+KEEP_REASONS = ("pinned", "reserved", "locked", "open", "job", "young")
 
 _DIR_FLAGS = DIR_FLAGS
 
@@ -46,12 +47,16 @@ _U_SIZE = column(Unit, "size")
 @dataclass(frozen=True, slots=True)
 class Protection:
     """What is in use, gathered before planning: paths pinned or reserved, held lock files,
-    and ``(dev, ino)`` of files open or mapped in some process."""
+    ``(dev, ino)`` of files open or mapped in some process; and the job folders the guard
+    recorded: those a writer still writes (kept whatever their age) and the orphans, whose every
+    writer died (removed at once, whatever their age)."""
 
     pinned: frozenset[str] = frozenset()
     reserved: frozenset[str] = frozenset()
     locked: frozenset[str] = frozenset()
     open: frozenset[tuple[int, int]] = frozenset()
+    jobs: frozenset[str] = frozenset()
+    orphans: frozenset[str] = frozenset()
 
 
 class PlanItem(NamedTuple):
@@ -236,12 +241,13 @@ def _protected(
     n = len(table)
     pin_all, pin_keys, pin_pre = _blocked_keys(tree, root, protection.pinned)
     res_all, res_keys, res_pre = _blocked_keys(tree, root, protection.reserved)
+    _, job_keys, _ = _blocked_keys(tree, root, protection.jobs)
     locked = protection.locked
     open_set = protection.open
     if pin_all:
         return dict.fromkeys(range(n), "pinned")
     hits: set[int] = set()
-    hits.update(table.with_keys(pin_keys | res_keys))
+    hits.update(table.with_keys(pin_keys | res_keys | job_keys))
     hits.update(table.under(pin_pre + res_pre))
     out: dict[int, str] = {}
     if res_all:  # the whole tree is reserved: only pins are worth telling apart
@@ -259,6 +265,8 @@ def _protected(
             out[i] = "locked"
         elif open_set and any((e.dev, e.ino) in open_set for e in table.members(i)):
             out[i] = "open"
+        elif key in job_keys:
+            out[i] = "job"
     return out
 
 
@@ -375,8 +383,14 @@ def plan_tree(
             if tree.role == "scratch":
                 n = int(np.count_nonzero(lasts[:old] <= now - tree.orphan_age))
                 _, order = _order_ties(order, lasts, n, table.key)
-                runs.append(_Run(name, table, order[:n].tolist(), "orphan"))
-                planned = int(table.size[order[:n]].sum())
+                # A job folder whose every writer died is an orphan at once, young or not.
+                _, exact, _ = _blocked_keys(tree, snapshot.root, protection.orphans)
+                late = [int(i) for i in order[n:] if exact and table.key(int(i)) in exact]
+                if late:
+                    kept["young"] -= sum(1 for i in late if now - table.last_use[i] < min_age)
+                chosen = [*order[:n].tolist(), *late]
+                runs.append(_Run(name, table, chosen, "orphan"))
+                planned = int(table.size[chosen].sum()) if chosen else 0
             else:
                 n = k = need = nbytes = 0
                 if tree.max_age is not None:

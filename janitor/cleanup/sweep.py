@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from janitor.admission.jobs import reap_jobs, writer_alive
 from janitor.admission.reserve import live_reservations, reap
 from janitor.admission.volume import Volume
 from janitor.cleanup.delete import Report, apply
@@ -28,6 +29,7 @@ from janitor.errors import LedgerError
 from janitor.host.inuse import lock_held, locked_inodes, open_inodes, prepare_leases
 from janitor.host.space import volume_stats
 from janitor.ledger.db import Ledger
+from janitor.ledger.jobs import JobInfo
 
 __all__ = [
     "EmergencyResult",
@@ -169,9 +171,28 @@ def _protection(
     with ledger.read() as tx:
         pins = frozenset(p.path for p in tx.pins.live(now=now))
         reserved = frozenset(r.path for r in live_reservations(tx, now=now) if r.path is not None)
+        jobs = tx.jobs.active()
+    live: set[str] = set()
+    orphans: set[str] = set()
+    for job in jobs:
+        if job.state == "live" and any(writer_alive(w) for w in job.writers):
+            live.add(job.folder)
+        elif _still(job) and not job.foreign:
+            orphans.add(job.folder)
     if opened is None:
         opened = open_inodes(devices)
-    return Protection(pins, reserved, _held_locks(scanned), opened)
+    return Protection(
+        pins, reserved, _held_locks(scanned), opened, frozenset(live), frozenset(orphans)
+    )
+
+
+def _still(job: JobInfo) -> bool:
+    """True while the job's folder is the one recorded (not one made anew with its name)."""
+    try:
+        st = os.lstat(job.folder)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (job.device, job.ino)
 
 
 def _holds_entries(tree: TreePolicy) -> bool:
@@ -231,6 +252,7 @@ def run_sweep(
             with ledger.write() as tx:
                 reap(tx, now)
                 tx.pins.reap(now)
+                reap_jobs(tx, now)
         scanned = _scan_trees(ledger, trees, progress)
         devices = {s.device for s, _, _ in scanned if s.exists}
         protection = _protection(

@@ -40,6 +40,7 @@ from janitor.errors import (
     LedgerError,
     LedgerFull,
     ReservationRefused,
+    SpaceRisk,
     UnknownPin,
     UnknownReservation,
 )
@@ -130,27 +131,46 @@ class CoverRequest(BaseModel):
 
 
 class WriteIn(BaseModel):
-    """One file a command will write."""
+    """One file a command will write; a cut (a window of an input) names its source and what
+    the whole source takes in the same format (its job's working set)."""
 
     model_config = ConfigDict(extra="forbid")
 
     path: str = Field(min_length=1, max_length=4096)
-    bytes: int = Field(ge=1)
+    bytes: int = Field(ge=1, le=1 << 50)
+    source: str | None = Field(default=None, max_length=4096)
+    whole_bytes: int | None = Field(default=None, ge=1, le=1 << 50)
 
 
 class GuardRequest(BaseModel):
     """The writes of one command (the guarded ffmpeg's outputs), reserved all or none, and the
-    inputs to touch and pin while it runs."""
+    inputs to touch and pin while it runs; a write into a job folder is part of that job."""
 
     model_config = ConfigDict(extra="forbid")
 
     outputs: list[WriteIn] = Field(max_length=256)
     inputs: list[str] = Field(default_factory=list, max_length=256)
-    owner_pid: int = Field(ge=1, description="The guard's pid: its exit ends all of it.")
+    owner_pid: int = Field(ge=1, description="The guard's pid: its exit ends the call's own.")
+    writer_pid: int | None = Field(
+        default=None, ge=1, description="The guard's parent: the writer of the job, if any."
+    )
     job: str | None = Field(default=None, max_length=200)
+    run: str | None = Field(default=None, max_length=200, description="The `janitor run`.")
+    wait_s: float = Field(
+        default=0.0, ge=0, le=86400, description="How long a job's first write may wait."
+    )
     policy: str | None = Field(
         default=None, description="The policy the caller expects; 409 if the daemon runs another."
     )
+
+
+class GuardWait(BaseModel):
+    """A queued call's place (the ticket of the 202 answer), waited on until admitted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ticket: str = Field(min_length=1, max_length=64)
+    owner_pid: int = Field(ge=1, description="The guard: the wait ends if it does.")
 
 
 class EstimateRequest(BaseModel):
@@ -198,12 +218,13 @@ class ReservationOut(BaseModel):
     job: str | None
     owner_pid: int
     created: float
-    expires: float
+    expires: float | None = Field(description="null for a job's working set: it ends with the job")
     state: str
     ended: float | None
     at_risk: str | None
     outstanding: int
     command_pid: int | None = None
+    job_id: str | None = None
 
 
 class RefusalOut(BaseModel):
@@ -239,7 +260,10 @@ def _dumps(data: Any) -> bytes:
 
 
 def _reservation_body(info: ReservationInfo) -> bytes:
-    return _dumps({k: getattr(info, k) for k in _RESERVATION_KEYS})
+    body = {k: getattr(info, k) for k in _RESERVATION_KEYS}
+    if body["expires"] == float("inf"):
+        body["expires"] = None  # a job's working set: it ends with the job, not by a TTL
+    return _dumps(body)
 
 
 def _json(body: bytes, status: int = 200) -> Response:
@@ -336,6 +360,9 @@ class _Calls:
 
     def __init__(self, daemon: DaemonView) -> None:
         self.daemon = daemon
+        #: Queued calls by ticket, between their 202 answer and their wait.
+        self._queued: dict[str, Any] = {}
+        self._queued_lock = threading.Lock()
 
     def reserve(self, req: ReserveRequest) -> bytes:
         r = self.daemon.janitor.reserve(
@@ -365,7 +392,7 @@ class _Calls:
         return _reservation_body(self.daemon.janitor.cover(rid, pid))
 
     def guard(self, req: GuardRequest) -> tuple[int, bytes]:
-        from janitor.jobs.writes import PlannedWrite, open_writes
+        from janitor.jobs.writes import CallRequest, Queued, grant, prepare
 
         jan = self.daemon.janitor
         if req.policy is not None and os.path.realpath(req.policy) != os.path.realpath(
@@ -378,13 +405,42 @@ class _Calls:
                     f"not {req.policy}",
                 }
             )
-        writes = [PlannedWrite(w.path, w.bytes) for w in req.outputs]
+        call = CallRequest.from_wire(req.model_dump())
+        prep = prepare(jan, call)
         try:
-            session = open_writes(
-                jan, writes, inputs=req.inputs, owner_pid=req.owner_pid, job=req.job
+            session = grant(jan, prep)
+        except Queued as q:
+            with self._queued_lock:
+                self._queued[q.ticket] = prep
+            return 202, _dumps({"ticket": q.ticket, "message": q.message})
+        except ReservationRefused as exc:
+            return 507, _dumps(exc.as_dict())
+        except SpaceRisk as exc:
+            return 507, _dumps({"error": "at_risk", "message": exc.reason})
+        return 200, _dumps(session.as_dict())
+
+    def guard_wait(self, req: GuardWait) -> tuple[int, bytes]:
+        from janitor.host.owner import is_alive, process_start
+        from janitor.jobs.writes import wait
+
+        with self._queued_lock:
+            prep = self._queued.pop(req.ticket, None)
+        if prep is None:
+            return 404, _dumps(
+                {"error": "not_found", "message": f"no queued call {req.ticket!r} here"}
+            )
+        start = process_start(req.owner_pid)
+        try:
+            session = wait(
+                self.daemon.janitor,
+                prep,
+                req.ticket,
+                still_wanted=lambda: is_alive(req.owner_pid, start),
             )
         except ReservationRefused as exc:
-            return 507, _dumps({**exc.as_dict(), "output": exc.filename})
+            return 507, _dumps(exc.as_dict())
+        except SpaceRisk as exc:
+            return 507, _dumps({"error": "at_risk", "message": exc.reason})
         return 200, _dumps(session.as_dict())
 
     def estimate(self, req: EstimateRequest) -> tuple[int, bytes]:
@@ -442,9 +498,9 @@ class _Calls:
         return probe
 
     def guard_release(self, req: GuardRelease) -> bytes:
-        from janitor.jobs.guard import release_all
+        from janitor.jobs.writes import close
 
-        release_all(self.daemon.janitor, req.reservations, req.pins)
+        close(self.daemon.janitor, req.reservations, req.pins)
         return _dumps({"reservations": req.reservations, "pins": req.pins})
 
 
@@ -459,6 +515,8 @@ def create_app(daemon: DaemonView, offload: Offload | None = None) -> FastAPI:
     ``offload`` runs the blocking calls (a private one when not given).
     """
     off = offload or Offload()
+    # Queued calls wait in threads of their own, so a queue never holds up the API.
+    waits = Offload(max_workers=256, name="janitor-api-wait")
     calls = _Calls(daemon)
     app = FastAPI(
         title="space-janitor",
@@ -544,12 +602,29 @@ def create_app(daemon: DaemonView, offload: Offload | None = None) -> FastAPI:
     )
     async def guard(req: GuardRequest) -> Any:
         """Reserve a command's outputs (all or none, making room first) and pin its cached
-        inputs, for the guarded ffmpeg; 507 names the output that does not fit."""
+        inputs, for the guarded ffmpeg; a write into a job folder is part of its job (the first
+        cut from a source reserves the source's whole working set, later cuts draw on it).
+        507 names the output that does not fit; 202 with a ticket when a job's first write
+        waits its turn (then ``POST /v1/guard/wait``)."""
         status, body = await off.run(calls.guard, req)
         if status == 507:
             return Response(
                 body, status_code=507, media_type="application/json", headers={"Retry-After": "5"}
             )
+        return _json(body, status)
+
+    @app.post(
+        "/v1/guard/wait",
+        response_model=dict[str, Any],
+        responses={
+            507: {"model": RefusalOut, "description": "Refused: the wait ran out"},
+            **errors,
+        },
+    )
+    async def guard_wait(req: GuardWait) -> Any:
+        """Wait, in turn, for a call that ``POST /v1/guard`` queued (its 202 answer's ticket):
+        answered when admitted (200, as ``/v1/guard``), or 507 when its wait runs out."""
+        status, body = await waits.run(calls.guard_wait, req)
         return _json(body, status)
 
     @app.post("/v1/estimate", response_model=dict[str, Any], responses=errors)

@@ -27,9 +27,14 @@ class Reaper:
 
     def reap(self) -> None:
         """End reservations and pins whose owners died or whose TTL passed; hourly, prune."""
-        ended, _pins = self.janitor.reap(time.time())
-        for info in ended:
+        ended = self.janitor.reap(time.time())
+        for info in ended.reservations:
             log.info("reservation %s ended: %s", info.id, info.state)
+        for end in ended.jobs:
+            log.info("job %s (%s) %s: %s", end.job.id, end.job.folder, end.state, end.why)
+        if any(end.state == "orphan" for end in ended.jobs):
+            for job in self.janitor.remove_orphans():
+                log.info("removed the folder of orphaned job %s: %s", job.id, job.folder)
         if self._pruned is None or time.monotonic() - self._pruned >= PRUNE_INTERVAL_S:
             # Ended reservations, old log lines and samples: a few thousand rows per
             # transaction, so reservations queued behind it wait milliseconds, not seconds.

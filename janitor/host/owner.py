@@ -19,6 +19,7 @@ __all__ = [
     "Owner",
     "ProcessInfo",
     "choose_owner",
+    "choose_writer",
     "is_alive",
     "process_info",
     "process_start",
@@ -74,14 +75,57 @@ class Owner:
     warning: str | None = None
 
 
-def _transient(proc: ProcessInfo, parent: ProcessInfo) -> bool:
-    """True for a go-between that exits as soon as the command it runs does."""
+def _transient(proc: ProcessInfo, parent: ProcessInfo, *, one_shot: bool = False) -> bool:
+    """True for a go-between that exits as soon as the command it runs does.
+
+    ``one_shot``: a shell running a command string (``sh -c '...'``) counts too: it lives for
+    one command line, as a forked copy does.
+    """
     if proc.name in LAUNCHERS:
         return True
     if proc.name not in SHELLS:
         return False
+    if one_shot and _runs_a_string(proc.cmdline):
+        return True
     # A forked copy: same program, same command line as its parent (it never exec'd).
     return bool(proc.exe) and proc.exe == parent.exe and proc.cmdline == parent.cmdline
+
+
+def _runs_a_string(cmdline: tuple[str, ...]) -> bool:
+    """True for ``sh -c STRING`` (or ``bash -lc``, ``zsh -ec`` ...): options before the first
+    operand, one of them holding ``c``."""
+    for arg in cmdline[1:]:
+        if not arg.startswith("-") or arg in ("-", "--"):
+            return False
+        if not arg.startswith("--") and "c" in arg[1:]:
+            return True
+    return False
+
+
+def _past_go_betweens(pid: int, *, one_shot: bool) -> ProcessInfo | None:
+    proc = process_info(pid)
+    hops = 0
+    while proc is not None and proc.ppid > 1 and hops < 64:
+        parent = process_info(proc.ppid)
+        if parent is None or not _transient(proc, parent, one_shot=one_shot):
+            break
+        proc, hops = parent, hops + 1
+    return proc
+
+
+def choose_writer(pid: int) -> Owner:
+    """The writer of a job: the process that ran ffmpeg (``pid``, the guard's parent), past the
+    go-betweens that live for one command: launchers, forked shells and ``sh -c`` strings.
+
+    A batchalign3 server runs ffmpeg itself, so it is the writer of its jobs; a script that
+    runs ``sh -c "ffmpeg ..."`` per cut is, not the shell that ends with each cut. A writer that
+    has exited already is returned with ``start`` None (its job is an orphan).
+    """
+    proc = _past_go_betweens(pid, one_shot=True)
+    chosen = pid if proc is None else proc.pid
+    start = process_start(chosen)
+    description = "?" if proc is None else proc.describe()
+    return Owner(chosen, start, description)
 
 
 def choose_owner(start_pid: int | None = None) -> Owner:
@@ -97,13 +141,7 @@ def choose_owner(start_pid: int | None = None) -> Owner:
     the TTL or a release ends the reservation.
     """
     pid = os.getppid() if start_pid is None else start_pid
-    proc = process_info(pid)
-    hops = 0
-    while proc is not None and proc.ppid > 1 and hops < 64:
-        parent = process_info(proc.ppid)
-        if parent is None or not _transient(proc, parent):
-            break
-        proc, hops = parent, hops + 1
+    proc = _past_go_betweens(pid, one_shot=False)
     owner_pid = pid if proc is None else proc.pid
     start = process_start(owner_pid)
     warning = None

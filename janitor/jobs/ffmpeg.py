@@ -177,7 +177,13 @@ class MediaInfo(_Record):
 
 
 class OutputEstimate(_Record):
-    """One output file and the bytes ffmpeg will write to it (header included)."""
+    """One output file and the bytes ffmpeg will write to it (header included).
+
+    ``whole_bytes``: for a cut (a window of its input: ``-ss``/``-to``/``-t``), what the whole
+    input would take in the same format, header included: a job's working set when it cuts
+    the input group by group and keeps every group; None for an output of the whole input, or
+    an input whose duration is unknown.
+    """
 
     __slots__ = (
         "bytes",
@@ -189,6 +195,7 @@ class OutputEstimate(_Record):
         "input_index",
         "path",
         "sample_rate",
+        "whole_bytes",
     )
 
     def __init__(
@@ -203,6 +210,7 @@ class OutputEstimate(_Record):
         duration_s: float,
         header_bytes: int,
         input_index: int,
+        whole_bytes: int | None = None,
     ) -> None:
         self.path = path
         self.bytes = bytes
@@ -213,6 +221,7 @@ class OutputEstimate(_Record):
         self.duration_s = duration_s
         self.header_bytes = header_bytes
         self.input_index = input_index
+        self.whole_bytes = whole_bytes
 
 
 class NotEstimable(_Record):
@@ -971,6 +980,12 @@ def _estimate_output(
         if isinstance(tags, NotEstimable):
             return tags
         header = wav_header_bytes(codec, rate, channels, tags, bitexact=bitexact) + (data & 1)
+    whole_bytes = None
+    if in_window.timed() or window.timed():
+        whole = _written_us(_Window(), _Window(), info)
+        if not isinstance(whole, NotEstimable):
+            whole_data = -(-whole * rate // 1000000) * channels * PCM_CODECS[codec]
+            whole_bytes = whole_data + (header - (data & 1) + (whole_data & 1) if header else 0)
     return OutputEstimate(
         path,
         data + header,
@@ -981,6 +996,7 @@ def _estimate_output(
         duration_s=duration / 1e6,
         header_bytes=header,
         input_index=index,
+        whole_bytes=whole_bytes,
     )
 
 

@@ -32,7 +32,14 @@ if TYPE_CHECKING:
 
     from janitor.jobs.supervise import Supervised
 
-__all__ = ["EXIT_NO_FFMPEG", "EXIT_REFUSED", "GUARD_MARK", "find_real_ffmpeg", "main"]
+__all__ = [
+    "DEFAULT_WAIT_S",
+    "EXIT_NO_FFMPEG",
+    "EXIT_REFUSED",
+    "GUARD_MARK",
+    "find_real_ffmpeg",
+    "main",
+]
 
 #: Refused or stopped for lack of space (EX_TEMPFAIL), as every janitor command.
 EXIT_REFUSED = 75
@@ -42,6 +49,9 @@ EXIT_NO_FFMPEG = 127
 GUARD_MARK = b"# space-janitor guard"
 #: How often the running ffmpeg's output and volume are looked at.
 POLL_S = 0.2
+#: How long a job's first write waits for room by default (batchalign3's memory gate waits
+#: 120 s too); ``guard_wait_s`` and ``JANITOR_GUARD_WAIT_S`` change it.
+DEFAULT_WAIT_S = 120.0
 #: How far an output may pass its reservation before ffmpeg is stopped: estimates are within
 #: 1 %, and allocation rounds up to blocks.
 MARGIN = 0.05
@@ -312,15 +322,41 @@ def _value(text: str, i: int) -> tuple[Any, int]:
 # -- the two ways to hold a call's writes ----------------------------------------------------------
 
 
+class Held:
+    """One write held for the call: its reservation, the output, the bytes the output may
+    reach, the floor of its volume, and whether it is its job's working set (``pooled``: it
+    stays when the call ends)."""
+
+    __slots__ = ("allowed", "floor", "output", "pooled", "reservation")
+
+    def __init__(
+        self, reservation: str, output: str, allowed: int, floor: int, pooled: bool
+    ) -> None:
+        self.reservation = reservation
+        self.output = output
+        self.allowed = allowed
+        self.floor = floor
+        self.pooled = pooled
+
+
+class Stopped(Exception):
+    """The call's job must stop (its working set was put at risk): ffmpeg is not run."""
+
+
 class _Hold:
     """Reservations (and pins) held for one call, through the daemon or the library."""
 
     #: "daemon" or "ledger": who decided
     via: str
-    #: per reservation: (id, output path, bytes, floor of its volume)
-    reservations: list[tuple[str, str, int, int]]
+    writes: list[Held]
     pins: list[str]
     unguarded: list[str]
+    waited_s: float
+
+    @property
+    def own(self) -> list[str]:
+        """The reservations that end with the call (not a job's working set)."""
+        return [h.reservation for h in self.writes if not h.pooled]
 
     def cover(self, pid: int) -> None:
         raise NotImplementedError
@@ -333,28 +369,39 @@ class _Hold:
 
 
 def _unpack(hold: _Hold, session: dict[str, Any]) -> None:
-    hold.reservations = [
-        (r["id"], r["output"], r["bytes"], r["floor"]) for r in session["reservations"]
+    hold.writes = [
+        Held(r["id"], r["output"], r["bytes"], r["floor"], bool(r.get("pooled")))
+        for r in session["reservations"]
     ]
-    hold.pins = [p["id"] for p in session.get("pins", ())]
+    hold.pins = [p if isinstance(p, str) else p["id"] for p in session.get("pins", ())]
     hold.unguarded = list(session.get("unguarded", ()))
+    hold.waited_s = float(session.get("waited_s") or 0.0)
 
 
 class _DaemonHold(_Hold):
     via = "daemon"
 
-    def __init__(self, daemon: _Daemon, request: dict[str, Any]) -> None:
+    def __init__(self, daemon: _Daemon, request: dict[str, Any], log_dir: str | None) -> None:
         self.daemon = daemon
         status, body = daemon.call("POST", "/v1/guard", request)
-        if status == 507 and isinstance(body, dict) and body.get("error") == "refused":
-            raise Refused(body.get("output", ""), body)
+        if status == 202 and isinstance(body, dict) and body.get("ticket"):
+            # Queued: say so once, then wait in turn (the daemon answers when admitted).
+            _say(body.get("message", "waiting for room"))
+            _log(log_dir, f"waiting: {body.get('message', '')}")
+            status, body = daemon.call(
+                "POST", "/v1/guard/wait", {"ticket": body["ticket"], "owner_pid": os.getpid()}
+            )
+        if status == 507 and isinstance(body, dict) and body.get("error") == "at_risk":
+            raise Stopped(body.get("message", "its job is at risk"))
+        if status == 507 and isinstance(body, dict) and body.get("error") in _REFUSALS:
+            raise Refused(body.get("output") or "", body)
         if status != 200:
             raise GuardError(f"the daemon answered {status}: {body}")
         _unpack(self, body)
 
     def cover(self, pid: int) -> None:
         # not waited for: the guard owns the reservation too, and ffmpeg dies with the guard
-        for rid, *_ in self.reservations:
+        for rid in self.own:
             self.daemon.send("POST", f"/v1/reservations/{rid}/cover", {"pid": pid})
 
     def at_risk(self, rid: str) -> str | None:
@@ -362,8 +409,14 @@ class _DaemonHold(_Hold):
         return body.get("at_risk") if status == 200 and isinstance(body, dict) else None
 
     def release(self) -> None:
-        ids = [r[0] for r in self.reservations]
-        self.daemon.call("POST", "/v1/guard/release", {"reservations": ids, "pins": self.pins})
+        if self.own or self.pins:
+            self.daemon.call(
+                "POST", "/v1/guard/release", {"reservations": self.own, "pins": self.pins}
+            )
+
+
+#: The ``error`` of a 507 answer that refuses a call (the numbers say why).
+_REFUSALS = ("refused", "never_fits")
 
 
 class _LibraryHold(_Hold):
@@ -371,30 +424,29 @@ class _LibraryHold(_Hold):
 
     via = "ledger"
 
-    def __init__(self, request: dict[str, Any]) -> None:
+    def __init__(self, request: dict[str, Any], log_dir: str | None) -> None:
         from janitor.core import Janitor
-        from janitor.errors import JanitorError, ReservationRefused
-        from janitor.jobs.writes import PlannedWrite, open_writes
+        from janitor.errors import JanitorError, ReservationRefused, SpaceRisk
+        from janitor.jobs.writes import CallRequest, open_writes
+
+        def waiting(message: str) -> None:
+            _say(message)
+            _log(log_dir, f"waiting: {message}")
 
         try:
             self.jan = Janitor.from_settings()
-            writes = [PlannedWrite(w["path"], w["bytes"]) for w in request["outputs"]]
-            session = open_writes(
-                self.jan,
-                writes,
-                inputs=request["inputs"],
-                owner_pid=request["owner_pid"],
-                job=request["job"],
-            )
+            session = open_writes(self.jan, CallRequest.from_wire(request), on_wait=waiting)
         except ReservationRefused as exc:
-            raise Refused(exc.filename or "", exc.as_dict()) from None
+            raise Refused(exc.output or "", exc.as_dict()) from None
+        except SpaceRisk as exc:
+            raise Stopped(exc.reason) from None
         except (JanitorError, OSError) as exc:
             raise GuardError(str(exc)) from None
         self.session = session
         _unpack(self, session.as_dict())
 
     def cover(self, pid: int) -> None:
-        for rid, *_ in self.reservations:
+        for rid in self.own:
             self.jan.cover(rid, pid)
 
     def at_risk(self, rid: str) -> str | None:
@@ -407,24 +459,10 @@ class _LibraryHold(_Hold):
         return None
 
     def release(self) -> None:
-        release_all(self.jan, [r[0] for r in self.reservations], self.pins)
+        from janitor.jobs.writes import close
+
+        close(self.jan, self.own, self.pins)
         self.jan.ledger.close()
-
-
-def release_all(jan: Any, reservations: Sequence[str], pins: Sequence[str]) -> None:
-    """End a call's reservations and pins (those already ended are skipped)."""
-    from janitor.errors import UnknownPin, UnknownReservation
-
-    for rid in reservations:
-        try:
-            jan.release(rid)
-        except UnknownReservation:
-            pass
-    for pid in pins:
-        try:
-            jan.unpin(pid)
-        except UnknownPin:
-            pass
 
 
 # -- the guard -------------------------------------------------------------------------------------
@@ -469,13 +507,24 @@ def refusal_line(output: str, n: dict[str, Any]) -> str:
     free, floor, reserved = n.get("free", 0), n.get("floor", 0), n.get("reserved", 0)
     short = n.get("shortfall", 0)
     evicted = n.get("evicted", 0)
+    volume = n.get("volume", "?")
+    head = f"refused to write {output} ({_size(n.get('requested', 0))}) on volume {volume}: "
+    if n.get("error") == "never_fits":
+        return (
+            head + f"it can never fit there: capacity {_size(n.get('capacity', 0))}, floor "
+            f"{_size(floor)}, {_size(n.get('held', 0))} held by files outside every reservation "
+            f"and cache leave at most {_size(n.get('most', 0))} even once every job ends. Free "
+            f"space on {volume} or use a bigger disk; ffmpeg did not run"
+        )
+    queued = n.get("queued", 0)
+    ahead = f", {_size(queued)} wanted by jobs waiting ahead" if queued else ""
     after = f" (after evicting {_size(evicted)} of cache)" if evicted else ""
+    waited = n.get("waited_s", 0)
+    after += f" (after waiting {waited:.0f} s for room)" if waited else ""
     return (
-        f"refused to write {output} ({_size(n.get('requested', 0))}) on volume "
-        f"{n.get('volume', '?')}: {_size(free)} free, floor {_size(floor)}, {_size(reserved)} "
-        f"reserved by others, short by {_size(short)}{after}. Free space on "
-        f"{n.get('volume', '?')} (`janitor status` shows who holds it) and retry; ffmpeg did "
-        "not run"
+        head + f"{_size(free)} free, floor {_size(floor)}, {_size(reserved)} "
+        f"reserved by others{ahead}, short by {_size(short)}{after}. Free space on "
+        f"{volume} (`janitor status` shows who holds it) and retry; ffmpeg did not run"
     )
 
 
@@ -507,15 +556,17 @@ def _watch(child: Supervised, hold: _Hold) -> str | None:
     reservation), else None."""
     checked = 0.0
     while child.wait(POLL_S) is None:
-        for rid, output, nbytes, floor in hold.reservations:
+        for held in hold.writes:
+            rid, output, nbytes, floor = held.reservation, held.output, held.allowed, held.floor
             try:
                 written = os.stat(output).st_blocks * 512
             except OSError:
                 written = 0
             if written > nbytes * (1 + MARGIN) + SLACK:
+                what = "its job has left of its working set" if held.pooled else "reserved for it"
                 return (
                     f"stopped ffmpeg: {output} reached {_size(written)}, past the "
-                    f"{_size(nbytes)} reserved for it"
+                    f"{_size(nbytes)} {what}"
                 )
             try:
                 st = os.statvfs(os.path.dirname(output) or ".")
@@ -560,11 +611,14 @@ def main(
     log_dir: str | None = None,
     policy: str | None = None,
     me: str | None = None,
+    wait_s: float = DEFAULT_WAIT_S,
 ) -> int:
     """Run one guarded ffmpeg call; returns the exit code (75 refused or stopped, 127 no ffmpeg).
 
-    ``socket_path``, ``cache_dir``, ``log_dir`` and ``policy`` are what ``janitor shim install``
-    resolved; ``JANITOR_RUNTIME_DIR``, ``JANITOR_LOG_DIR`` and ``JANITOR_POLICY`` override them.
+    ``socket_path``, ``cache_dir``, ``log_dir``, ``policy`` and ``wait_s`` (how long a job's
+    first write may wait for room) are what ``janitor shim install`` resolved;
+    ``JANITOR_RUNTIME_DIR``, ``JANITOR_LOG_DIR``, ``JANITOR_POLICY`` and
+    ``JANITOR_GUARD_WAIT_S`` override them.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -584,25 +638,51 @@ def main(
         policy = os.environ["JANITOR_POLICY"]
     if policy:
         request["policy"] = policy
+    request["wait_s"] = _wait_s(wait_s)
     try:
-        hold = _hold(request, socket_path)
+        hold = _hold(request, socket_path, log_dir)
     except Refused as exc:
         _say(refusal_line(exc.output, exc.numbers))
         _log(log_dir, f"refused: {refusal_line(exc.output, exc.numbers)}")
         return EXIT_REFUSED
+    except Stopped as exc:
+        line = f"stopped before ffmpeg ran: {exc}. Free space there and retry"
+        _say(line)
+        _log(log_dir, line)
+        return EXIT_REFUSED
     except Exception as exc:  # a broken ledger, a confused daemon: run unguarded, say so
         _log(log_dir, f"unguarded (cannot reserve: {exc}): ffmpeg {' '.join(args)}")
         return _exec(real, args)
-    if not hold.reservations:
+    if not hold.writes:
         hold.release()
         _log(log_dir, "unguarded (no managed volume): ffmpeg " + " ".join(args), debug=True)
         return _exec(real, args)
     _log(
         log_dir,
-        f"reserved through the {hold.via}: "
-        + ", ".join(f"{_size(n)} for {out} ({rid})" for rid, out, n, _ in hold.reservations),
+        f"reserved through the {hold.via}"
+        + (f" after waiting {hold.waited_s:.1f} s" if hold.waited_s else "")
+        + ": "
+        + ", ".join(
+            f"{_size(h.allowed)} for {h.output} ({h.reservation}"
+            + (", the job's working set)" if h.pooled else ")")
+            for h in hold.writes
+        ),
     )
     return _run(real, args, hold, log_dir)
+
+
+def _wait_s(default: float) -> float:
+    """How long a job's first write may wait for room: ``JANITOR_GUARD_WAIT_S``, else what
+    ``shim install`` resolved (``guard_wait_s``); 0 refuses at once."""
+    text = os.environ.get("JANITOR_GUARD_WAIT_S")
+    if text:
+        try:
+            value = float(text)
+        except ValueError:
+            return default
+        if value == value and 0 <= value < 86400:  # not NaN, at most a day
+            return value
+    return default
 
 
 def _plan(args: list[str], cache_dir: str | None, real: str) -> dict[str, Any] | str:
@@ -615,38 +695,53 @@ def _plan(args: list[str], cache_dir: str | None, real: str) -> dict[str, Any] |
     est = ffmpeg.estimate_command(args, cwd=cwd, probe=probe)
     if isinstance(est, ffmpeg.NotEstimable):
         return est.reason
-    outputs = [{"path": o.path, "bytes": int(o.bytes)} for o in est]
-    inputs = [
-        os.path.normpath(os.path.join(cwd, i)) for i in ffmpeg.input_files(ffmpeg.parse(args))
-    ]
-    job = os.environ.get("JANITOR_JOB") or "ffmpeg"
-    return {"outputs": outputs, "inputs": inputs, "owner_pid": os.getpid(), "job": job}
+    inv = ffmpeg.parse(args)
+    sources = [ffmpeg.local_path(i.url) for i in inv.inputs]
+    outputs = []
+    for o in est:
+        out: dict[str, Any] = {"path": o.path, "bytes": int(o.bytes)}
+        source = sources[o.input_index] if o.input_index < len(sources) else None
+        if source is not None:
+            out["source"] = os.path.normpath(os.path.join(cwd, source))
+            if o.whole_bytes:
+                out["whole_bytes"] = int(o.whole_bytes)
+        outputs.append(out)
+    inputs = [os.path.normpath(os.path.join(cwd, i)) for i in ffmpeg.input_files(inv)]
+    return {
+        "outputs": outputs,
+        "inputs": inputs,
+        "owner_pid": os.getpid(),
+        "writer_pid": os.getppid(),
+        "job": os.environ.get("JANITOR_JOB") or "ffmpeg",
+        "run": os.environ.get("JANITOR_RUN") or None,
+    }
 
 
-def _hold(request: dict[str, Any], socket_path: str | None) -> _Hold:
+def _hold(request: dict[str, Any], socket_path: str | None, log_dir: str | None) -> _Hold:
     """Through the daemon when it answers (and runs the same policy), else the library."""
     runtime = os.environ.get("JANITOR_RUNTIME_DIR")
     path = os.path.join(runtime, "janitor.sock") if runtime else socket_path
     if path:
         try:
-            daemon = _Daemon(path)
+            # A queued call waits in the daemon for up to wait_s: the socket waits a bit longer.
+            daemon = _Daemon(path, timeout=float(request.get("wait_s") or 0) + 120.0)
         except OSError:
             daemon = None
         if daemon is not None:
             try:
-                return _DaemonHold(daemon, request)
-            except Refused:
+                return _DaemonHold(daemon, request, log_dir)
+            except (Refused, Stopped):
                 daemon.close()
                 raise
             except (GuardError, OSError, ValueError):
                 daemon.close()  # another policy, an old daemon: the library decides
-    return _LibraryHold(request)
+    return _LibraryHold(request, log_dir)
 
 
 def _run(real: str, args: list[str], hold: _Hold, log_dir: str | None) -> int:
     from janitor.jobs.supervise import Supervised, forward_signals, restore_signals
 
-    before = {r[1]: _identity(r[1]) for r in hold.reservations if r[1]}
+    before = {h.output: _identity(h.output) for h in hold.writes if h.output}
     try:
         child, previous = forward_signals(lambda: Supervised([real, *args]))
     except OSError as exc:

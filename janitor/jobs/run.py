@@ -268,7 +268,7 @@ def preflight(
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """How a guarded run ended: the command's exit code, what it reserved and wrote, and the
-    job temp folders it left behind that were removed."""
+    job folders it left behind: removed (its own, every writer dead), or kept and why."""
 
     exit_code: int
     run_id: str
@@ -298,6 +298,58 @@ class RunResult:
         }
 
 
+def guard_dir(jan: Janitor) -> Path:
+    """The folder of the guard ``janitor run`` puts first on its command's PATH, in our data
+    folder and named by the script's hash (``~/.local/share/space-janitor/run/3f2a9c1b7d0e4a65``):
+    written once, shared by every run with the same settings, and never removed, so a process
+    the command left running (a daemonized server) keeps a guard that works."""
+    import hashlib
+
+    from janitor.jobs.shim import default_bin_dir, script
+
+    text = script(jan.settings)
+    folder = default_bin_dir().parent / "run" / hashlib.sha256(text.encode()).hexdigest()[:16]
+    target = folder / "ffmpeg"
+    try:
+        if target.read_text() == text:
+            return folder
+    except OSError:
+        pass
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".ffmpeg.{os.getpid()}.tmp"
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the run's guard into {folder}: {exc.strerror}; check the permissions "
+            "of the user data dir"
+        ) from None
+    return folder
+
+
+def _unit_folders(jan: Janitor) -> frozenset[tuple[int, int]]:
+    """(dev, inode) of every folder right under a scratch tree's root now: what existed
+    before the run, never its own."""
+    found: set[tuple[int, int]] = set()
+    for tree in jan.policy.trees.values():
+        if tree.role != "scratch" or tree.units != "dir":
+            continue
+        try:
+            with os.scandir(tree.path) as it:
+                for entry in it:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            st = entry.stat(follow_symlinks=False)
+                            found.add((st.st_dev, st.st_ino))
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return frozenset(found)
+
+
 def run_command(
     jan: Janitor,
     command: Sequence[str],
@@ -306,8 +358,7 @@ def run_command(
     clean: bool = True,
 ) -> RunResult:
     """Run ``command`` with the guarded ffmpeg first on its PATH; afterwards, sum up what its
-    guarded writes reserved and wrote and remove the job temp folders they left behind."""
-    from janitor.jobs.shim import script
+    guarded writes reserved and wrote and remove the job folders that are its own."""
     from janitor.jobs.supervise import Supervised, exit_code, forward_signals, restore_signals
 
     if not command:
@@ -317,61 +368,26 @@ def run_command(
     run_id = secrets.token_hex(4)
     label = f"run-{run_id}"
     started = time.time()
-    bin_dir = Path(tempfile.mkdtemp(prefix=f"janitor-{label}-"))
+    bin_dir = guard_dir(jan)
+    before = _unit_folders(jan)
+    child_env = dict(os.environ if env is None else env)
+    child_env["PATH"] = f"{bin_dir}{os.pathsep}{child_env.get('PATH', os.defpath)}"
+    child_env["JANITOR_JOB"] = label
+    child_env["JANITOR_RUN"] = run_id
+    if jan.settings.policy is not None or "JANITOR_POLICY" in os.environ:
+        child_env["JANITOR_POLICY"] = str(jan.settings.policy_path)
     try:
-        guard = bin_dir / "ffmpeg"
-        guard.write_text(script(jan.settings))
-        guard.chmod(0o755)
-        child_env = dict(os.environ if env is None else env)
-        child_env["PATH"] = f"{bin_dir}{os.pathsep}{child_env.get('PATH', os.defpath)}"
-        child_env["JANITOR_JOB"] = label
-        if jan.settings.policy is not None or "JANITOR_POLICY" in os.environ:
-            child_env["JANITOR_POLICY"] = str(jan.settings.policy_path)
-        try:
-            child, previous = forward_signals(lambda: Supervised(list(command), env=child_env))
-        except OSError as exc:
-            raise ConfigError(f"cannot run {command[0]!r}: {exc.strerror}") from None
-        tree = _ProcessTree(child.pid)
-        try:
-            while (returncode := child.wait(1.0)) is None:
-                tree.look()
-        finally:
-            restore_signals(previous)
-            if child.returncode is None:
-                child.stop(5.0)
-        assert returncode is not None
+        child, previous = forward_signals(lambda: Supervised(list(command), env=child_env))
+    except OSError as exc:
+        raise ConfigError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    try:
+        returncode = child.wait()
     finally:
-        shutil.rmtree(bin_dir, ignore_errors=True)
-    alive = tree.alive()
-    return _summary(
-        jan, exit_code(returncode), run_id, label, started, clean=clean and not alive, alive=alive
-    )
-
-
-class _ProcessTree:
-    """The command's descendants, looked at every second while it runs: once it has ended,
-    any of them still alive means its job folders may still be in use."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.seen: dict[int, float] = {}
-
-    def look(self) -> None:
-        import psutil
-
-        try:
-            for p in psutil.Process(self.pid).children(recursive=True):
-                try:
-                    self.seen.setdefault(p.pid, p.create_time())
-                except psutil.Error:
-                    continue
-        except psutil.Error:
-            pass
-
-    def alive(self) -> tuple[int, ...]:
-        from janitor.host.owner import is_alive
-
-        return tuple(pid for pid, start in self.seen.items() if is_alive(pid, start))
+        restore_signals(previous)
+        if child.returncode is None:
+            child.stop(5.0)
+    assert returncode is not None
+    return _summary(jan, exit_code(returncode), run_id, label, started, before, clean=clean)
 
 
 def _summary(
@@ -380,11 +396,13 @@ def _summary(
     run_id: str,
     label: str,
     started: float,
+    before: frozenset[tuple[int, int]],
     *,
     clean: bool,
-    alive: tuple[int, ...] = (),
 ) -> RunResult:
-    """What the run's guarded writes did, from the ledger's log; leftovers removed."""
+    """What the run's guarded writes did (from the ledger's log), and its job folders: removed
+    when they are its own (made during the run, every recorded writer dead), else kept."""
+    jan.reap()
     entries = jan.log(since=started - 1)
     mine: dict[str, Any] = {}
     refusals = 0
@@ -398,54 +416,56 @@ def _summary(
     for e in entries:
         if e.reservation in mine and e.event == "release":
             written += int(e.detail.get("written", 0) or 0)
-    reserved = sum(int(e.bytes or 0) for e in mine.values())
-    for e in entries:
         if e.event == "at-risk" and e.reservation in mine:
             stopped += 1
-    leftovers = _leftovers(jan, [e.path for e in mine.values() if e.path])
-    removed: tuple[str, ...] = ()
-    removed_bytes = 0
-    kept: list[tuple[str, str]] = []
-    if clean and leftovers:
-        from janitor.cleanup.sweep import remove_units
-
-        for tree, keys in leftovers.items():
-            report = remove_units(jan.policy, jan.ledger, jan.settings.state_dir, tree, keys)
-            removed += tuple(o.item.unit.path for o in report.outcomes if o.deleted)
-            removed_bytes += report.deleted_bytes
-            kept += [(o.item.unit.path, o.skipped or "") for o in report.outcomes if not o.deleted]
-    found = tuple(
-        os.path.join(jan.policy.tree(t).path, k) for t, ks in leftovers.items() for k in ks
-    )
-    if alive and found:
-        why = f"processes of the command still run (pids {', '.join(map(str, alive[:5]))})"
-        kept += [(path, why) for path in found]
+    reserved = sum(int(e.bytes or 0) for e in mine.values())
+    found, removed, kept, removed_bytes = _own_folders(jan, run_id, before, clean=clean)
     return RunResult(
-        code,
-        run_id,
-        len(mine),
-        refusals,
-        reserved,
-        written,
-        stopped,
-        found,
-        removed,
-        removed_bytes,
-        tuple(kept),
-    )
+        code, run_id, len(mine), refusals, reserved, written, stopped, found, removed,
+        removed_bytes, kept,
+    )  # fmt: skip
 
 
-def _leftovers(jan: Janitor, paths: Iterable[str]) -> dict[str, list[str]]:
-    """The unit folders of scratch trees that ``paths`` lie in and that still exist."""
-    out: dict[str, list[str]] = {}
-    for path in paths:
-        for name, tree in jan.policy.trees.items():
-            if tree.role != "scratch" or tree.units != "dir":
-                continue
-            root = os.path.normpath(str(tree.path))
-            if not path.startswith(root + os.sep):
-                continue
-            key = path[len(root) + 1 :].split(os.sep, 1)[0]
-            if os.path.isdir(os.path.join(root, key)) and key not in out.get(name, []):
-                out.setdefault(name, []).append(key)
-    return out
+def _own_folders(
+    jan: Janitor, run_id: str, before: frozenset[tuple[int, int]], *, clean: bool
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, str], ...], int]:
+    """The run's job folders still there; those removed, those kept (and why), bytes freed.
+
+    A folder is the run's own when the run's guard recorded its job, it did not exist when the
+    run started, and every writer it recorded is dead, wherever that writer was re-parented."""
+    from janitor.admission.jobs import writer_alive
+    from janitor.cleanup.sweep import remove_units
+
+    with jan.ledger.read() as tx:
+        jobs = [j for j in tx.jobs.of_run(run_id) if j.state in ("live", "orphan")]
+    found = tuple(j.folder for j in jobs)
+    removed: list[str] = []
+    kept: list[tuple[str, str]] = []
+    freed = 0
+    for job in jobs:
+        live = [w.pid for w in job.writers if writer_alive(w)]
+        if (job.device, job.ino) in before:
+            kept.append((job.folder, "it existed before the run"))
+        elif job.foreign:
+            kept.append((job.folder, "it held files older than the run's first write into it"))
+        elif live:
+            kept.append((
+                job.folder,
+                f"its writer (pid {', '.join(map(str, live[:5]))}) still runs; it goes once "
+                "that ends (the daemon, or the next sweep)",
+            ))  # fmt: skip
+        elif not clean:
+            kept.append((job.folder, "--keep"))
+        elif job.tree in jan.policy.trees:
+            report = remove_units(
+                jan.policy, jan.ledger, jan.settings.state_dir, job.tree,
+                [os.path.basename(job.folder)],
+            )  # fmt: skip
+            removed += [o.item.unit.path for o in report.outcomes if o.deleted]
+            freed += report.deleted_bytes
+            kept += [(o.item.unit.path, o.skipped or "") for o in report.outcomes if not o.deleted]
+            if not report.outcomes:
+                kept.append((job.folder, "in use (pinned, reserved, locked or open)"))
+    if removed:
+        jan.reap()
+    return found, tuple(removed), tuple(kept), freed

@@ -1,63 +1,174 @@
-"""Reserving the writes of one command at once: the guarded ffmpeg's outputs, its cached inputs.
+"""Reserving the writes of one guarded ffmpeg call as part of its job, in a deliberate order.
 
-Each output is reserved on the policy tree that holds it (making room by evicting caches, as
-``reserve`` does); an output on a volume that has trees but outside all of them is reserved on
-that volume, under the name of a tree on it, so it still counts against the volume's floor; an
-output on a volume the policy does not cover is not guarded. Either every output is granted or
-none is: a refusal releases what was granted before it. Inputs inside a cache tree are touched
-(a use, for LRU) and pinned for the owner's life, since the pipeline re-reads a cached WAV once
-per alignment group with no file open in between.
+1. **What it reads stays** (:func:`prepare`, one transaction, committed first): each write into
+   a job folder (a unit of a scratch tree) records the job with its writer; the inputs that lie
+   in cache trees are touched and pinned: for a job, by its writer, for the job's life (the
+   pipeline re-reads a cached WAV once per group with nothing open in between); for any other
+   write, by the guard, for the call. So no room made for the outputs can evict an input.
+2. **Whole-file admission** (:func:`grant`, one transaction, all or none): the first cut from
+   a source into a job folder reserves the whole source at the cut's byte rate (the job keeps
+   every group's PCM until the file is done) on the folder its cuts go to; later cuts draw on it
+   with no new admission, only a check that it is live and not at risk. Any other write is
+   reserved for the call alone, on the tree that holds it (a write on a covered volume outside
+   every tree under a tree of that volume, so it still keeps the floor; on a volume the policy
+   does not cover, unguarded).
+3. **Room, then a turn**: a refused call evicts caches once (never a pinned input) and tries
+   again; a job's first write that still does not fit, but would once running jobs end, takes
+   a place in the volume's queue (:class:`Queued`) and :func:`wait` admits it in turn, first come
+   first served; one that could never fit is refused at once (:class:`~janitor.errors.NeverFits`).
+4. :func:`close` ends what the call alone held; the job's working set and pins stay.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from janitor.errors import ConfigError, ReservationRefused, UnknownReservation
+from janitor.errors import (
+    ConfigError,
+    NeverFits,
+    ReservationRefused,
+    SpaceRisk,
+    UnknownPin,
+    UnknownReservation,
+)
+from janitor.humanize import format_size
 
 if TYPE_CHECKING:
+    from janitor.admission.jobs import JobFolder
+    from janitor.admission.reserve import Admission
+    from janitor.config.policy import TreePolicy
     from janitor.core import Janitor
-    from janitor.ledger.pins import PinInfo
-    from janitor.ledger.reservations import ReservationInfo
+    from janitor.ledger.jobs import JobInfo, Writer
     from janitor.ledger.tx import Tx
 
-__all__ = ["PlannedWrite", "WriteSession", "locate", "open_writes"]
+__all__ = [
+    "CallRequest",
+    "HeldWrite",
+    "PlannedWrite",
+    "Prepared",
+    "Queued",
+    "WriteSession",
+    "close",
+    "grant",
+    "locate",
+    "open_writes",
+    "prepare",
+    "wait",
+]
+
+#: How often a waiting call looks again without being told (no daemon to tell it), and how
+#: often it tries to make room by evicting caches while it is first in line.
+POLL_S = 1.0
+ROOM_EVERY_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
 class PlannedWrite:
-    """One file a command will write, and how many bytes."""
+    """One file a command will write, and how many bytes. A cut (a window of its input)
+    names its ``source`` and ``whole_bytes``, what the whole source takes in the same format:
+    the working set of a job that cuts it group by group."""
 
     path: str
     bytes: int
+    source: str | None = None
+    whole_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallRequest:
+    """What one guarded call asks for: its writes and inputs; the guard (``owner_pid``: the
+    call's own reservations and pins end with it) and its parent (``writer_pid``: the writer of
+    the job, past go-betweens); a label, the ``janitor run`` it belongs to, and how long a job's
+    first write may wait for room."""
+
+    writes: tuple[PlannedWrite, ...]
+    inputs: tuple[str, ...]
+    owner_pid: int
+    writer_pid: int | None = None
+    job: str | None = None
+    run: str | None = None
+    wait_s: float = 0.0
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> CallRequest:
+        """From the JSON body of ``POST /v1/guard`` (what the guard sends)."""
+        return cls(
+            tuple(
+                PlannedWrite(w["path"], int(w["bytes"]), w.get("source"), w.get("whole_bytes"))
+                for w in data["outputs"]
+            ),
+            tuple(data.get("inputs", ())),
+            int(data["owner_pid"]),
+            data.get("writer_pid"),
+            data.get("job"),
+            data.get("run"),
+            float(data.get("wait_s") or 0.0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HeldWrite:
+    """A write held for the call: the reservation behind it, the output, the bytes the output
+    may reach before the guard stops ffmpeg, the floor of its volume, and whether it is a
+    job's working set (``pooled``: it stays when the call ends)."""
+
+    reservation: str
+    output: str
+    allowed: int
+    floor: int
+    pooled: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.reservation,
+            "output": self.output,
+            "bytes": self.allowed,
+            "floor": self.floor,
+            "pooled": self.pooled,
+        }
 
 
 @dataclass(frozen=True, slots=True)
 class WriteSession:
-    """What :func:`open_writes` holds for one command: its reservations, each with the output
-    it is for and the floor of its volume (for the watch), the pins on its inputs, and the
-    outputs left unguarded."""
+    """What a call holds: its writes, the pins that end with it, the outputs left unguarded,
+    the jobs it wrote into, and how long it waited for room."""
 
-    reservations: tuple[ReservationInfo, ...]
-    outputs: tuple[str, ...]
-    floors: tuple[int, ...]
-    pins: tuple[PinInfo, ...]
-    unguarded: tuple[str, ...]
+    writes: tuple[HeldWrite, ...]
+    pins: tuple[str, ...] = ()
+    unguarded: tuple[str, ...] = ()
+    jobs: tuple[str, ...] = ()
+    waited_s: float = 0.0
+
+    @property
+    def own(self) -> tuple[str, ...]:
+        """The reservations that end with the call (a job's working set does not)."""
+        return tuple(w.reservation for w in self.writes if not w.pooled)
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON shape of ``POST /v1/guard``."""
+        """The JSON shape of ``POST /v1/guard``'s answer."""
         return {
-            "reservations": [
-                {**r.as_dict(), "output": out, "floor": floor}
-                for r, out, floor in zip(self.reservations, self.outputs, self.floors, strict=True)
-            ],
-            "pins": [p.as_dict() for p in self.pins],
+            "reservations": [w.as_dict() for w in self.writes],
+            "pins": list(self.pins),
             "unguarded": list(self.unguarded),
+            "jobs": list(self.jobs),
+            "waited_s": self.waited_s,
         }
+
+
+class Queued(Exception):
+    """A job's first write does not fit now but will once running jobs end: it holds place
+    ``ticket`` in its volume's queue; :func:`wait` admits it in turn."""
+
+    def __init__(self, ticket: str, message: str, refusal: ReservationRefused) -> None:
+        super().__init__(message)
+        self.ticket = ticket
+        self.message = message
+        self.refusal = refusal
 
 
 def locate(jan: Janitor, path: str) -> tuple[str, str | None] | None:
@@ -80,56 +191,108 @@ def locate(jan: Janitor, path: str) -> tuple[str, str | None] | None:
     return None if on_volume is None else (on_volume.name, None)
 
 
-def open_writes(
-    jan: Janitor,
-    writes: Sequence[PlannedWrite],
-    *,
-    inputs: Sequence[str] = (),
-    owner_pid: int,
-    job: str | None = None,
-    ttl: float | str | None = None,
-) -> WriteSession:
-    """Reserve every write (all or none) and pin the inputs that lie in cache trees.
+# -- 1. what it reads stays ----------------------------------------------------------------------
 
-    Raises ReservationRefused for the first write that does not fit (its ``filename``
-    names the output), after releasing what was granted for the others.
-    """
-    from janitor.admission.reserve import measure
 
-    granted: list[ReservationInfo] = []
-    outputs: list[str] = []
-    floors: list[int] = []
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """One guarded write: the write, the tree and recorded path it is reserved under, and the
+    job folder it lands in (None: not a job's)."""
+
+    write: PlannedWrite
+    tree: str
+    recorded: str | None
+    folder: JobFolder | None
+
+    @property
+    def cut(self) -> bool:
+        """A window of a source into a job folder: drawn from the job's working set."""
+        return (
+            self.folder is not None
+            and self.recorded is not None
+            and self.write.source is not None
+            and bool(self.write.whole_bytes)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A call after :func:`prepare`: its targets, the writer of its jobs, the jobs, the pins
+    that end with the call, and whether it is a job's first write (the only kind that waits)."""
+
+    request: CallRequest
+    targets: tuple[_Target, ...]
+    unguarded: tuple[str, ...]
+    writer: Writer
+    jobs: dict[str, str] = field(default_factory=dict)  # job folder -> job id
+    pins: tuple[str, ...] = ()
+    first: bool = True
+
+
+def prepare(jan: Janitor, req: CallRequest) -> Prepared:
+    """Classify the call's writes, record its jobs and pin its inputs, in one transaction."""
+    from janitor.admission.jobs import job_folder, record_job
+    from janitor.host.owner import choose_writer, process_start
+    from janitor.ledger.jobs import Writer
+
+    targets: list[_Target] = []
     unguarded: list[str] = []
-    try:
-        for w in writes:
-            where = locate(jan, w.path)
-            if where is None:
-                unguarded.append(w.path)
-                continue
-            tree, recorded = where
-            try:
-                r = jan.reserve(tree, w.bytes, path=recorded, job=job, ttl=ttl, owner_pid=owner_pid)
-            except ReservationRefused as exc:
-                exc.filename = w.path
-                raise
-            granted.append(r.info)
-            outputs.append(w.path)
-            floors.append(measure(jan.policy, jan.policy.tree(tree)).floor)
-    except BaseException:
-        for info in granted:
-            try:
-                jan.release(info.id)
-            except UnknownReservation:
-                pass
-        raise
-    pins = _pin_inputs(jan, inputs, owner_pid) if inputs else ()
-    return WriteSession(tuple(granted), tuple(outputs), tuple(floors), pins, tuple(unguarded))
+    for w in req.writes:
+        where = locate(jan, w.path)
+        if where is None:
+            unguarded.append(w.path)
+            continue
+        tree, recorded = where
+        folder = None if recorded is None else job_folder(jan.policy, tree, recorded)
+        targets.append(_Target(w, tree, recorded, folder))
+    folders = {t.folder.folder: t.folder for t in targets if t.folder is not None}
+    if folders and req.writer_pid:
+        chosen = choose_writer(req.writer_pid)
+        writer = Writer(chosen.pid, chosen.start if chosen.start is not None else -1.0)
+    else:
+        writer = Writer(req.owner_pid, process_start(req.owner_pid))
+    inputs = _cached_inputs(jan, req.inputs)
+    guard_start = process_start(req.owner_pid)
+    now = time.time()
+
+    def write(tx: Tx) -> Prepared:
+        jobs: dict[str, JobInfo] = {}
+        first = True
+        for path, where in folders.items():
+            existing = tx.jobs.active_at(path)
+            if existing is not None and existing.ino == where.ino and existing.sources:
+                first = False  # the job wrote already: compute is spent, it never waits
+            jobs[path] = record_job(tx, where, writer, run=req.run, now=now)
+        if inputs:
+            tx.touches.record([p for _, p in inputs])
+        call_pins: list[str] = []
+        for tree, path in inputs:
+            if jobs:
+                for job in jobs.values():
+                    _pin_source(tx, job, tree, path, writer, now)
+            else:
+                pin = tx.pins.add(tree, path, owner_pid=req.owner_pid, owner_start=guard_start,
+                                  ttl=None, now=now)  # fmt: skip
+                call_pins.append(pin.id)
+        return Prepared(
+            req,
+            tuple(targets),
+            tuple(unguarded),
+            writer,
+            {path: job.id for path, job in jobs.items()},
+            tuple(call_pins),
+            first,
+        )
+
+    if not folders and not inputs:
+        return Prepared(req, tuple(targets), tuple(unguarded), writer)
+    prepared: Prepared = jan.ledger.call(write)
+    return prepared
 
 
-def _pin_inputs(jan: Janitor, inputs: Sequence[str], owner_pid: int) -> tuple[PinInfo, ...]:
-    """Touch and pin, in one ledger transaction, the inputs that lie inside cache trees."""
+def _cached_inputs(jan: Janitor, inputs: Sequence[str]) -> list[tuple[str, str]]:
+    """(tree, recorded path) of the inputs that lie inside cache trees."""
     from janitor.admission.reserve import resolve_path
-    from janitor.host.owner import process_start
 
     found: list[tuple[str, str]] = []
     for path in inputs:
@@ -142,17 +305,348 @@ def _pin_inputs(jan: Janitor, inputs: Sequence[str], owner_pid: int) -> tuple[Pi
                 break
             except ConfigError:
                 continue
-    if not found:
-        return ()
-    start = process_start(owner_pid)
+    return found
+
+
+def _pin_source(tx: Tx, job: JobInfo, tree: str, path: str, writer: Writer, now: float) -> None:
+    """Pin a job's source for the job's life (once: a live pin is kept)."""
+    from janitor.ledger.jobs import SourceInfo
+
+    known = job.source(path)
+    if known is not None and known.pin is not None and tx.pins.live_one(known.pin) is not None:
+        return
+    pin = tx.pins.add(tree, path, owner_pid=writer.pid, owner_start=writer.start, ttl=None, now=now)
+    tx.jobs.set_source(
+        job.id,
+        SourceInfo(
+            path,
+            None if known is None else known.output_dir,
+            0 if known is None else known.working_set,
+            pin.id,
+        ),
+    )
+
+
+# -- 2. whole-file admission -----------------------------------------------------------------------
+
+
+class _Short(Exception):
+    """Raised inside the grant transaction to roll it back: what did not fit, and where."""
+
+    def __init__(self, decision: Admission, output: str, needs: dict[int, int]) -> None:
+        super().__init__(output)
+        self.decision = decision
+        self.output = output
+        self.needs = needs  # device -> what the call wants there
+
+
+def grant(jan: Janitor, prep: Prepared, *, ticket: str | None = None) -> WriteSession:
+    """Reserve every write of a prepared call, all or none, in one transaction.
+
+    Raises ReservationRefused for the first write that does not fit (``output`` names it),
+    SpaceRisk when a later cut's job is at risk (it must stop), :class:`Queued` when a first
+    write may wait, NeverFits when it never could. A call holding ``ticket`` is the waiter of
+    that place in the queue: only the calls ahead of it count against it.
+    """
+    evicted = 0
+    for attempt in range(2):
+        try:
+            session: WriteSession = jan.ledger.call(_grant, jan, prep, ticket, evicted)
+        except _Short as exc:
+            short = exc
+            _log_refusal(jan, prep, short)
+            if attempt == 0:
+                evicted = jan.make_room(short.decision.tree, short.decision.requested)
+                if evicted > 0:
+                    continue
+            break
+        else:
+            return session
+    refused = short.decision.refusal(short.output)
+    if prep.first and prep.request.wait_s > 0 and ticket is None:
+        raise _queue(jan, prep, refused, short.needs)
+    _give_back(jan, prep)
+    raise refused
+
+
+def _grant(tx: Tx, jan: Janitor, prep: Prepared, ticket: str | None, evicted: int) -> WriteSession:
+    from janitor.admission.jobs import queued_ahead
+    from janitor.admission.reserve import admit
+
+    policy = jan.policy
     now = time.time()
+    req = prep.request
+    queued: dict[int, int] = {}
+    needs: dict[int, int] = {}
+    held: list[HeldWrite] = []
+    for t in prep.targets:
+        tp = policy.tree(t.tree)
+        w = t.write
+        if t.cut:
+            assert t.folder is not None and t.recorded is not None and w.source is not None
+            job_id = prep.jobs[t.folder.folder]
+            held.append(_draw(tx, jan, tp, t, job_id, prep, ticket, queued, needs, evicted, now))
+            continue
+        device = _device(jan, tp)
+        needs[device] = needs.get(device, 0) + w.bytes
+        if prep.first and device not in queued:
+            queued[device] = queued_ahead(tx, device, ticket)
+        decision, info = admit(
+            tx, policy, tp, w.bytes, path=t.recorded, job=req.job, owner_pid=req.owner_pid,
+            owner_start=_start(req.owner_pid), ttl=jan.settings.default_ttl_s, now=now,
+            evicted=evicted, queued=queued.get(device, 0), log_refusal=False,
+        )  # fmt: skip
+        if info is None:
+            raise _Short(decision, w.path, needs)
+        if t.folder is not None and w.source is not None:
+            _note_source(tx, prep.jobs[t.folder.folder], w.source, None, 0)
+        held.append(HeldWrite(info.id, w.path, w.bytes, decision.floor))
+    return WriteSession(
+        tuple(held),
+        prep.pins,
+        prep.unguarded,
+        tuple(dict.fromkeys(prep.jobs.values())),
+    )
 
-    def write(tx: Tx) -> tuple[PinInfo, ...]:
-        tx.touches.record([p for _, p in found])
-        return tuple(
-            tx.pins.add(tree, p, owner_pid=owner_pid, owner_start=start, ttl=None, now=now)
-            for tree, p in found
+
+def _draw(
+    tx: Tx,
+    jan: Janitor,
+    tp: TreePolicy,
+    t: _Target,
+    job_id: str,
+    prep: Prepared,
+    ticket: str | None,
+    queued: dict[int, int],
+    needs: dict[int, int],
+    evicted: int,
+    now: float,
+) -> HeldWrite:
+    """A cut: drawn from its job's working set for its source, reserved at the first cut."""
+    from janitor.admission.jobs import queued_ahead
+    from janitor.admission.reserve import admit, grow_reservation, read_volume
+
+    w = t.write
+    assert t.recorded is not None and w.source is not None and w.whole_bytes is not None
+    out_dir = os.path.dirname(t.recorded)
+    job = tx.jobs.get(job_id)
+    assert job is not None
+    pool = tx.reservations.pool(job_id, out_dir)
+    known = job.source(w.source)
+    device = _device(jan, tp)
+    if pool is not None and known is not None and known.output_dir == out_dir:
+        # A later cut: no new admission; stopped if its job must stop.
+        if pool.at_risk is not None:
+            now_vol = read_volume(jan.policy, tp)
+            if now_vol.free < now_vol.floor:
+                raise SpaceRisk(pool.id, pool.volume, pool.at_risk)
+        if w.bytes <= pool.outstanding:
+            return HeldWrite(pool.id, w.path, pool.outstanding, _floor(jan, tp), pooled=True)
+        # More than the working set has left (a group cut twice, rounding): the rest is
+        # admitted like any growth.
+        extra = w.bytes - pool.outstanding
+        needs[device] = needs.get(device, 0) + extra
+        decision, grown = grow_reservation(tx, jan.policy, tp, pool.id, pool.bytes + extra, now=now)
+        if grown is None:
+            raise _Short(decision, w.path, needs)
+        return HeldWrite(pool.id, w.path, w.bytes, decision.floor, pooled=True)
+    # The first cut from this source into this folder: the whole source's working set.
+    working_set = w.whole_bytes
+    needs[device] = needs.get(device, 0) + working_set
+    if prep.first and device not in queued:
+        queued[device] = queued_ahead(tx, device, ticket)
+    if pool is None:
+        writer = prep.writer
+        decision, info = admit(
+            tx, jan.policy, tp, working_set, path=out_dir, job=prep.request.job,
+            owner_pid=writer.pid, owner_start=writer.start, ttl=math.inf, now=now,
+            evicted=evicted, queued=queued.get(device, 0), job_id=job_id, log_refusal=False,
+        )  # fmt: skip
+        if info is None:
+            raise _Short(decision, w.path, needs)
+        pool = info
+    else:  # another source cutting into the same folder: its working set joins
+        decision, grown = grow_reservation(
+            tx, jan.policy, tp, pool.id, pool.bytes + working_set, now=now
         )
+        if grown is None:
+            raise _Short(decision, w.path, needs)
+        pool = grown
+    _note_source(tx, job_id, w.source, out_dir, working_set)
+    return HeldWrite(pool.id, w.path, max(pool.outstanding, w.bytes), decision.floor, pooled=True)
 
-    pins: tuple[PinInfo, ...] = jan.ledger.call(write)
-    return pins
+
+def _note_source(tx: Tx, job_id: str, source: str, out_dir: str | None, working_set: int) -> None:
+    from janitor.ledger.jobs import SourceInfo
+
+    job = tx.jobs.get(job_id)
+    assert job is not None
+    known = job.source(source)
+    pin = None if known is None else known.pin
+    if out_dir is None and known is not None:
+        out_dir, working_set = known.output_dir, known.working_set
+    tx.jobs.set_source(job_id, SourceInfo(source, out_dir, working_set, pin))
+
+
+def _device(jan: Janitor, tp: TreePolicy) -> int:
+    from janitor.admission.reserve import read_volume
+
+    return read_volume(jan.policy, tp).device
+
+
+def _floor(jan: Janitor, tp: TreePolicy) -> int:
+    from janitor.admission.reserve import read_volume
+
+    return read_volume(jan.policy, tp).floor
+
+
+def _start(pid: int) -> float | None:
+    from janitor.host.owner import process_start
+
+    return process_start(pid)
+
+
+def _log_refusal(jan: Janitor, prep: Prepared, short: _Short) -> None:
+    from janitor.admission.reserve import log_refuse
+
+    jan.ledger.call(
+        lambda tx: log_refuse(
+            tx, short.decision, path=short.output, ts=time.time(), job=prep.request.job
+        )
+    )
+
+
+def _give_back(jan: Janitor, prep: Prepared) -> None:
+    """A refused call: the pins that were only the call's end now (a job's stay with it)."""
+    for pin in prep.pins:
+        try:
+            jan.unpin(pin)
+        except UnknownPin:
+            pass
+
+
+# -- 3. room, then a turn --------------------------------------------------------------------------
+
+
+def _queue(
+    jan: Janitor, prep: Prepared, refused: ReservationRefused, needs: dict[int, int]
+) -> Exception:
+    """Queue a refused first write, or say it never fits (refused at once)."""
+    from janitor.admission.jobs import capacity
+    from janitor.admission.volume import Volume
+
+    tp = jan.policy.tree(refused.tree)
+    vol = Volume.at(jan.policy, tp.path)
+    need = needs.get(vol.device, refused.requested)
+    with jan.ledger.read() as tx:
+        own = [tx.jobs.get(j) for j in set(prep.jobs.values())]
+        kept = frozenset(s.source for j in own if j is not None for s in j.sources if s.pin)
+        cap = capacity(tx, jan.policy, vol, kept=kept)
+    if need > cap.most:
+        _give_back(jan, prep)
+        return NeverFits(
+            refused.tree, need, refused.free, refused.floor, refused.reserved, refused.volume,
+            refused.evicted, output=refused.output, capacity=cap.total, held=cap.held,
+        )  # fmt: skip
+    req = prep.request
+    what = refused.output or "?"
+    waiter = jan.ledger.call(
+        lambda tx: tx.waiters.add(
+            vol.device, need, owner_pid=req.owner_pid, owner_start=_start(req.owner_pid),
+            since=time.time(), what=what,
+        )
+    )  # fmt: skip
+    with jan.ledger.read() as tx:
+        ahead = [w for w in tx.waiters.on(vol.device) if w.since < waiter.since]
+        jobs = [r for r in _live_on(tx, vol.device) if r.job_id is not None]
+    message = (
+        f"waiting for {format_size(need)} on volume {refused.volume} to write {what}: "
+        f"{format_size(max(0, refused.free - refused.floor - refused.reserved))} free above the "
+        f"floor, {format_size(refused.reserved)} held by {len(jobs)} running job"
+        f"{'' if len(jobs) == 1 else 's'}"
+        + (f", {len(ahead)} waiting ahead" if ahead else "")
+        + f"; up to {req.wait_s:g} s (JANITOR_GUARD_WAIT_S=0 refuses at once)"
+    )
+    return Queued(waiter.id, message, refused)
+
+
+def _live_on(tx: Tx, device: int) -> list[Any]:
+    from janitor.admission.reserve import live_reservations
+
+    return live_reservations(tx, device=device)
+
+
+def wait(
+    jan: Janitor,
+    prep: Prepared,
+    ticket: str,
+    *,
+    still_wanted: Callable[[], bool] = lambda: True,
+) -> WriteSession:
+    """Admit a queued call in its turn, within its ``wait_s``: tried again whenever space is
+    freed here (a release, a job's end: ``jan.space``) and every POLL_S anyway; room is made
+    again every ROOM_EVERY_S. ReservationRefused (with the seconds waited) when time is up.
+
+    ``still_wanted()`` False (the caller is gone) ends the wait at once.
+    """
+    started = time.monotonic()
+    deadline = started + prep.request.wait_s
+    last_room = started
+    try:
+        while True:
+            try:
+                session = grant(jan, prep, ticket=ticket)
+            except ReservationRefused as exc:
+                now = time.monotonic()
+                if now >= deadline or not still_wanted():
+                    _give_back(jan, prep)
+                    raise _waited(exc, now - started) from None
+                if now - last_room >= ROOM_EVERY_S:
+                    last_room = now
+                    jan.make_room(exc.tree, exc.requested)
+                jan.space.wait(min(POLL_S, deadline - now))
+                continue
+            waited = time.monotonic() - started
+            return WriteSession(
+                session.writes, session.pins, session.unguarded, session.jobs, waited
+            )
+    finally:
+        jan.ledger.call(lambda tx: tx.waiters.remove(ticket))
+        jan.space.notify()  # the next in line
+
+
+def _waited(exc: ReservationRefused, seconds: float) -> ReservationRefused:
+    state = exc.__getstate__()
+    state["waited_s"] = seconds
+    return type(exc)(**state)
+
+
+def open_writes(
+    jan: Janitor, req: CallRequest, *, on_wait: Callable[[str], None] | None = None
+) -> WriteSession:
+    """Prepare, grant, and wait in turn if need be: the whole flow in one process (the guard
+    without a daemon, tests). ``on_wait(message)`` is told once when the call starts to wait."""
+    prep = prepare(jan, req)
+    try:
+        return grant(jan, prep)
+    except Queued as q:
+        if on_wait is not None:
+            on_wait(q.message)
+        return wait(jan, prep, q.ticket)
+
+
+# -- 4. the end of a call ------------------------------------------------------------------------
+
+
+def close(jan: Janitor, reservations: Sequence[str], pins: Sequence[str]) -> None:
+    """End what a call alone held (those already ended are skipped); a job's stay."""
+    for rid in reservations:
+        try:
+            jan.release(rid)
+        except UnknownReservation:
+            pass
+    for pid in pins:
+        try:
+            jan.unpin(pid)
+        except UnknownPin:
+            pass

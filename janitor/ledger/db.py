@@ -27,7 +27,7 @@ from janitor.ledger.writelock import WriterLock
 __all__ = ["KEEP_S", "SCHEMA_VERSION", "Ledger"]
 
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _T = TypeVar("_T")
 
@@ -59,7 +59,8 @@ CREATE TABLE IF NOT EXISTS reservations (
     ended       REAL,
     at_risk     TEXT,
     command_pid   INTEGER,
-    command_start REAL
+    command_start REAL,
+    job_id      TEXT
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS reservations_live ON reservations(device) WHERE state = 'live';
 CREATE TABLE IF NOT EXISTS pins (
@@ -107,7 +108,49 @@ CREATE TABLE IF NOT EXISTS log (
     path        TEXT,
     detail      TEXT
 );
+{jobs}"""
+
+#: Schema 4's tables: job folders (janitor.ledger.jobs) and the queue of first writes waiting.
+_JOBS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id          TEXT PRIMARY KEY,
+    tree        TEXT NOT NULL,
+    folder      TEXT NOT NULL,
+    device      INTEGER NOT NULL,
+    ino         INTEGER NOT NULL,
+    run         TEXT,
+    created     REAL NOT NULL,
+    state       TEXT NOT NULL DEFAULT 'live',
+    ended       REAL,
+    foreign_files INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS jobs_active ON jobs(folder) WHERE state IN ('live', 'orphan');
+CREATE TABLE IF NOT EXISTS job_writers (
+    job         TEXT NOT NULL,
+    pid         INTEGER NOT NULL,
+    start       REAL,
+    added       REAL NOT NULL,
+    PRIMARY KEY (job, pid)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS job_sources (
+    job         TEXT NOT NULL,
+    source      TEXT NOT NULL,
+    output_dir  TEXT,
+    working_set INTEGER NOT NULL,
+    pin         TEXT,
+    PRIMARY KEY (job, source)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS waiters (
+    id          TEXT PRIMARY KEY,
+    device      INTEGER NOT NULL,
+    bytes       INTEGER NOT NULL,
+    owner_pid   INTEGER NOT NULL,
+    owner_start REAL,
+    since       REAL NOT NULL,
+    what        TEXT
+) WITHOUT ROWID
 """
+_SCHEMA = _SCHEMA.format(jobs=_JOBS_SCHEMA)
 
 #: How long ended reservations and pins and log lines are kept (Ledger.prune).
 KEEP_S = 30 * 86400
@@ -127,7 +170,7 @@ INSERT INTO log SELECT * FROM log_v1 WHERE ts >= :cutoff;
 INSERT INTO log (id, ts, event, detail) VALUES (
     max((SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'log_v1'),
         (SELECT coalesce(max(id), 0) FROM log_v1)) + 1,
-    :now, 'upgrade', '{{"from": 1, "to": 3}}');
+    :now, 'upgrade', '{{"from": 1, "to": 4}}');
 DROP TABLE reservations_v1;
 DROP TABLE log_v1;
 DELETE FROM sqlite_sequence WHERE name IN ('log', 'log_v1')
@@ -142,8 +185,14 @@ _RESERVATION_COLUMNS_1 = (
 #: Schema 2 -> 3: a reservation may be kept live by the command its supervisor runs, too.
 _MIGRATE_2 = """
 ALTER TABLE reservations ADD COLUMN command_pid INTEGER;
-ALTER TABLE reservations ADD COLUMN command_start REAL;
-INSERT INTO log (ts, event, detail) VALUES (:now, 'upgrade', '{"from": 2, "to": 3}')
+ALTER TABLE reservations ADD COLUMN command_start REAL
+"""
+
+#: Schema 3 -> 4: job folders, their writers and sources, the queue of waiting first writes,
+#: and the job a working-set reservation serves.
+_MIGRATE_3 = f"""
+ALTER TABLE reservations ADD COLUMN job_id TEXT;
+{_JOBS_SCHEMA}
 """
 
 # SQLite primary result codes (the low byte of an extended code).
@@ -261,8 +310,11 @@ class Ledger:
                         script = _MIGRATE_1.format(
                             schema=_SCHEMA, reservation_columns=_RESERVATION_COLUMNS_1
                         )
-                    elif version == 2:
-                        script = _MIGRATE_2
+                    elif version in (2, 3):
+                        steps = (_MIGRATE_2, _MIGRATE_3) if version == 2 else (_MIGRATE_3,)
+                        note = "INSERT INTO log (ts, event, detail) VALUES (:now, 'upgrade', "
+                        note += f'\'{{"from": {version}, "to": {SCHEMA_VERSION}}}\')'
+                        script = ";".join((*steps, note))
                     else:
                         script = _SCHEMA
                     now = time.time()
@@ -449,7 +501,8 @@ class Ledger:
             return tx.log.last_id()
 
     def prune(self, *, keep_s: float = KEEP_S, batch: int = 5000) -> bool:
-        """Drop ended reservations and pins and log lines past ``keep_s``, samples past a day.
+        """Drop ended reservations, pins and jobs and log lines past ``keep_s``, samples past a
+        day.
 
         At most ``batch`` rows of each table go per call, in one short write transaction, so
         reservations queued behind it wait milliseconds; returns whether some are left. The
@@ -463,6 +516,7 @@ class Ledger:
                 tx.pins.prune(cutoff, batch),
                 tx.log.prune(cutoff, batch),
                 tx.samples.prune(now - 86400, batch),
+                tx.jobs.prune(cutoff, batch),
             )
         )
         return bool(max(counts) >= batch)

@@ -107,6 +107,27 @@ class Pins:
             out.append(replace(info, state="released", ended=now))
         return out
 
+    def live_one(self, pin_id: str) -> PinInfo | None:
+        """The pin ``pin_id`` while it is live in the ledger (owner not checked)."""
+        row = self._conn.execute(
+            f"SELECT {_COLUMNS} FROM pins WHERE id = ? AND state = 'live'", (pin_id,)
+        ).fetchone()
+        return None if row is None else _from_row(row)
+
+    def end_ids(self, ids: list[str], state: str, *, now: float) -> int:
+        """End the live pins among ``ids`` with ``state`` (``released``: their job is done;
+        ``dead``: its writers died); returns how many."""
+        n = 0
+        for pin_id in ids:
+            info = self.live_one(pin_id)
+            if info is None:
+                continue
+            self._set_state(pin_id, state, now)
+            event = "unpin" if state == "released" else f"pin-{state}"
+            self._log.add(event, tree=info.tree, path=info.path, ts=now, pin=pin_id)
+            n += 1
+        return n
+
     def _set_state(self, pid: str, state: str, now: float) -> None:
         self._conn.execute("UPDATE pins SET state = ?, ended = ? WHERE id = ?", (state, now, pid))
 

@@ -6,6 +6,7 @@ with, each behind a method named for what it does.
 
 from __future__ import annotations
 
+import math
 import secrets
 import sqlite3
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ __all__ = ["COLUMNS", "LiveRow", "ReservationInfo", "Reservations", "new_id", "o
 
 COLUMNS = (
     "id, tree, device, volume, bytes, path, job, owner_pid, owner_start, created, expires, "
-    "state, ended, at_risk, command_pid, command_start"
+    "state, ended, at_risk, command_pid, command_start, job_id"
 )
 
 
@@ -54,6 +55,9 @@ class ReservationInfo:
     #: ffmpeg): the reservation stays live while either process runs.
     command_pid: int | None = None
     command_start: float | None = None
+    #: The job whose working set this reserves (janitor.admission.jobs): it has no TTL and
+    #: ends with the job, when its folder is removed or its writer dies.
+    job_id: str | None = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...], *, measure: bool = True) -> ReservationInfo:
@@ -83,6 +87,7 @@ class ReservationInfo:
             left,
             row[14],
             row[15],
+            row[16],
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -90,6 +95,8 @@ class ReservationInfo:
         data = asdict(self)
         data.pop("owner_start")
         data.pop("command_start")
+        if math.isinf(self.expires):
+            data["expires"] = None  # a job's working set: it ends with the job, not by a TTL
         return data
 
 
@@ -103,15 +110,16 @@ def new_id(now: float) -> str:
 
 
 #: What admission reads of each live reservation (the rest only for the rare row it ends):
-#: (id, device, bytes, path, owner_pid, owner_start, expires, command_pid, command_start).
-LiveRow = tuple[str, int, int, Any, int, Any, float, Any, Any]
+#: (id, device, bytes, path, owner_pid, owner_start, expires, command_pid, command_start,
+#: job_id).
+LiveRow = tuple[str, int, int, Any, int, Any, float, Any, Any, Any]
 _LIVE = (
     "SELECT id, device, bytes, path, owner_pid, owner_start, expires, command_pid, "
-    "command_start FROM reservations WHERE state = 'live'"
+    "command_start, job_id FROM reservations WHERE state = 'live'"
 )
 #: SQLITE_CONSTRAINT_PRIMARYKEY, the extended code of a duplicate id.
 _PRIMARY_KEY_TAKEN = 1555
-_INSERT = f"INSERT INTO reservations ({COLUMNS}) VALUES ({','.join('?' * 16)})"
+_INSERT = f"INSERT INTO reservations ({COLUMNS}) VALUES ({','.join('?' * 17)})"
 #: SQLite 3.35 added RETURNING: a release is then one statement under the writer lock.
 RETURNING = sqlite3.sqlite_version_info >= (3, 35, 0)
 _END_LIVE = (
@@ -169,6 +177,7 @@ class Reservations:
             None,
             None,
             None,
+            info.job_id,
         ]
         for attempt in range(8):
             try:
@@ -210,6 +219,21 @@ class Reservations:
             "UPDATE reservations SET command_pid = ?, command_start = ? WHERE id = ?",
             (pid, start, rid),
         )
+
+    def pool(self, job_id: str, path: str) -> ReservationInfo | None:
+        """The live working-set reservation of job ``job_id`` for its cuts into ``path``."""
+        row = self._conn.execute(
+            f"SELECT {COLUMNS} FROM reservations WHERE state = 'live' AND job_id = ? AND path = ?",
+            (job_id, db_path(path)),
+        ).fetchone()
+        return None if row is None else ReservationInfo.from_row(row)
+
+    def of_job(self, job_id: str) -> list[ReservationInfo]:
+        """The live working-set reservations of job ``job_id`` (outstanding not measured)."""
+        rows = self._conn.execute(
+            f"SELECT {COLUMNS} FROM reservations WHERE state = 'live' AND job_id = ?", (job_id,)
+        ).fetchall()
+        return [ReservationInfo.from_row(r, measure=False) for r in rows]
 
     def claims(self, device: int) -> list[tuple[str, int, Any, float, str | None, str | None]]:
         """(id, bytes, path, created, at_risk, job) of each live reservation on ``device``."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from janitor.ledger.jobs import Jobs, Waiters
 from janitor.ledger.log import Log
 from janitor.ledger.pins import Pins, Touches
 from janitor.ledger.reservations import Reservations
@@ -20,7 +21,7 @@ __all__ = ["Tx"]
 class Tx:
     """The tables, inside one transaction (read-only when it came from ``Ledger.read()``)."""
 
-    __slots__ = ("log", "pins", "reservations", "samples", "touches", "volumes")
+    __slots__ = ("jobs", "log", "pins", "reservations", "samples", "touches", "volumes", "waiters")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.log = Log(conn)
@@ -29,3 +30,5 @@ class Tx:
         self.touches = Touches(conn)
         self.samples = Samples(conn)
         self.volumes = Volumes(conn)
+        self.jobs = Jobs(conn)
+        self.waiters = Waiters(conn)

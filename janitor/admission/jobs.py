@@ -1,0 +1,274 @@
+"""Jobs: what batchalign3 does with one recording in one ``.tmpXXXXXX`` folder, as admission sees
+it (schedulers call it a job's scratch request: HTCondor's ``request_disk``, Slurm's ``--tmp``).
+
+A job is a unit folder of a scratch tree (``units = "dir"``), recorded at the first guarded
+write into it with its writer (the process that ran ffmpeg, a pid and its start time) and its
+sources (the inputs it cuts from). It lives while its folder is there and a writer runs:
+
+- its folder removed (the pipeline's ``TempDir`` dropped): ``done``, its working-set
+  reservations released and its source pins ended;
+- every writer dead with the folder still there: an ``orphan``, at once (no ``orphan_age``);
+  the daemon, a sweep or ``janitor run`` removes it with every deleter check; then ``removed``.
+  A folder that held files older than the job's first guarded write (``foreign``: another job's,
+  which the guard never saw written) is never removed at once: its tree's ``orphan_age`` rules.
+
+The working set: the first cut from a source into a job's folder reserves the whole source at
+the cut's byte rate (every group's PCM stays until the file is done), as one reservation on
+the folder its cuts go to (``path``: that folder, so what is written there counts as written,
+and later cuts draw on it without a new admission). It has no TTL: it ends with the job.
+
+Everything here runs inside the caller's write transaction (janitor.jobs.writes orders it).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from janitor.admission.reserve import live_reservations, owner_alive, owners_alive
+from janitor.host.space import allocated_size
+from janitor.ledger.jobs import JobInfo, SourceInfo, Writer, new_job_id
+
+if TYPE_CHECKING:
+    from janitor.admission.volume import Volume
+    from janitor.config.policy import Policy
+    from janitor.ledger.tx import Tx
+
+__all__ = [
+    "Capacity",
+    "JobEnd",
+    "JobFolder",
+    "capacity",
+    "end_job",
+    "job_folder",
+    "queued_ahead",
+    "reap_jobs",
+    "record_job",
+    "set_source",
+    "writer_alive",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class JobFolder:
+    """Where a write lands, as a job: the scratch tree, the unit folder (as the policy spells
+    the tree's root, e.g. ``/var/folders/x7/T/.tmpa1b2c3``) and the folder's identity."""
+
+    tree: str
+    folder: str
+    device: int
+    ino: int
+
+
+def job_folder(policy: Policy, tree: str, path: str) -> JobFolder | None:
+    """The job folder that ``path`` (inside tree ``tree``, as recorded) lies in: a folder right
+    under a scratch tree's root that matches its ``unit_glob``; None for any other write.
+
+    The folder must be a real folder (not a symlink) holding the path, not the path itself.
+    """
+    tp = policy.trees.get(tree)
+    if tp is None or tp.role != "scratch" or tp.units != "dir":
+        return None
+    root = os.path.normpath(os.path.abspath(tp.path))
+    if not path.startswith(root + os.sep):
+        return None
+    head, sep, _ = path[len(root) + 1 :].partition(os.sep)
+    if not sep or not fnmatch.fnmatchcase(head, tp.unit_glob):
+        return None
+    folder = os.path.join(root, head)
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    return JobFolder(tree, folder, st.st_dev, st.st_ino)
+
+
+def writer_alive(writer: Writer) -> bool:
+    """True while the writer runs (the same process: its start time is checked)."""
+    return owner_alive(writer.pid, writer.start)
+
+
+def _folder_is(job: JobInfo) -> bool:
+    """True while the job's folder is still the one it was recorded with."""
+    try:
+        st = os.lstat(job.folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_ino == job.ino and st.st_dev == job.device
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnd:
+    """A job that changed state at a reap: its record before, and the state it moved to."""
+
+    job: JobInfo
+    state: str
+    why: str
+
+
+def end_job(tx: Tx, job: JobInfo, state: str, why: str, now: float) -> JobEnd:
+    """Move a job to ``state`` (done, orphan, removed), ending what it held: its working-set
+    reservations (released when the job is done, dead when its writers died) and the pins on
+    its sources."""
+    tx.jobs.set_state(job.id, state, now)
+    ending = "released" if state == "done" else "dead"
+    for info in tx.reservations.of_job(job.id):
+        tx.reservations.end(info.id, ending, now)
+        tx.log.add(
+            "release" if ending == "released" else "dead",
+            tree=info.tree,
+            device=info.device,
+            reservation=info.id,
+            nbytes=info.bytes,
+            path=info.path,
+            ts=now,
+            why=why,
+        )
+    pins = [s.pin for s in job.sources if s.pin]
+    if pins:
+        tx.pins.end_ids(pins, "released" if state == "done" else "dead", now=now)
+    tx.log.add(
+        "job-end", tree=job.tree, device=job.device, path=job.folder, ts=now, job_id=job.id,
+        state=state, why=why,
+    )  # fmt: skip
+    return JobEnd(job, state, why)
+
+
+def reap_jobs(tx: Tx, now: float | None = None) -> list[JobEnd]:
+    """End the jobs whose folder is gone (done, or removed for an orphan) and mark orphans the
+    live jobs whose every writer died. Cheap: an lstat per job and a pidfd poll per writer."""
+    now = time.time() if now is None else now
+    ended: list[JobEnd] = []
+    for job in tx.jobs.active():
+        if not _folder_is(job):
+            state = "done" if job.state == "live" else "removed"
+            ended.append(end_job(tx, job, state, "folder removed", now))
+        elif job.state == "live" and not any(writer_alive(w) for w in job.writers):
+            ended.append(end_job(tx, job, "orphan", "every writer died", now))
+    return ended
+
+
+def record_job(tx: Tx, where: JobFolder, writer: Writer, *, run: str | None, now: float) -> JobInfo:
+    """The job of folder ``where``, recorded now if it is new, with ``writer`` among its
+    writers. A recorded job whose folder was replaced (another inode) ends first; an orphan
+    that a live process writes into again is live again."""
+    job = tx.jobs.active_at(where.folder)
+    if job is not None and (job.ino != where.ino or job.device != where.device):
+        end_job(tx, job, "done" if job.state == "live" else "removed", "folder replaced", now)
+        job = None
+    if job is None:
+        job = JobInfo(
+            new_job_id(now), where.tree, where.folder, where.device, where.ino, run, now, "live",
+            None, _holds_older_files(where.folder, now - FOREIGN_AGE_S),
+        )  # fmt: skip
+        tx.jobs.insert(job)
+        tx.log.add(
+            "job", tree=where.tree, device=where.device, path=where.folder, ts=now,
+            job_id=job.id, writer=writer.pid, run=run,
+        )  # fmt: skip
+    elif job.state == "orphan":
+        tx.jobs.set_state(job.id, "live", now)
+    if tx.jobs.add_writer(job.id, writer, now) or job.state != "live":
+        refreshed = tx.jobs.get(job.id)
+        assert refreshed is not None  # written in this very transaction
+        job = refreshed
+    return job
+
+
+#: A file this much older than a job's first guarded write was not written by that job: the
+#: pipeline writes a group's JSON payload moments before its first cut, never minutes.
+FOREIGN_AGE_S = 60.0
+
+
+def _holds_older_files(folder: str, before: float) -> bool:
+    """True if ``folder`` holds a file modified before ``before`` (a bounded look: a new job's
+    folder holds a few entries)."""
+    seen = 0
+    for top, dirs, files in os.walk(folder):
+        for name in files:
+            seen += 1
+            try:
+                if os.lstat(os.path.join(top, name)).st_mtime < before:
+                    return True
+            except OSError:
+                continue
+        if seen > 10_000:
+            return True  # not a new job's folder
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+    return False
+
+
+def set_source(tx: Tx, job: JobInfo, source: SourceInfo) -> JobInfo:
+    """Record what the job holds for one input; the job as it is now."""
+    tx.jobs.set_source(job.id, source)
+    refreshed = tx.jobs.get(job.id)
+    assert refreshed is not None
+    return refreshed
+
+
+def queued_ahead(tx: Tx, device: int, me: str | None) -> int:
+    """Bytes that calls waiting on ``device`` ahead of waiter ``me`` need (all waiters when
+    ``me`` is None or no longer queued). Waiters whose process died are taken off the queue."""
+    total = 0
+    for w in tx.waiters.on(device):
+        if w.id == me:
+            return total
+        if not owner_alive(w.owner_pid, w.owner_start):
+            tx.waiters.remove(w.id)
+            continue
+        total += w.bytes
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What a volume could ever give one request: its size, the floor it keeps, and the bytes
+    held outside every reservation that no eviction or job end frees (other files, root's
+    reserve); ``most`` is what is left for one request once every job has ended."""
+
+    total: int
+    floor: int
+    held: int
+
+    @property
+    def most(self) -> int:
+        """capacity - floor - held, never below zero."""
+        return max(0, self.total - self.floor - self.held)
+
+
+def capacity(
+    tx: Tx, policy: Policy, volume: Volume, *, kept: frozenset[str] = frozenset()
+) -> Capacity:
+    """The volume's capacity for one request (see :class:`Capacity`): used bytes less what can
+    come back: the caches on it (every entry can be evicted once unpinned), the folders of
+    its jobs (removed when they end), and what live reservations elsewhere on it wrote.
+    ``kept``: files the request itself keeps (its job's pinned sources): they never come back
+    while it waits.
+
+    It walks the caches and job folders: a refusal path only, never per grant.
+    """
+    device = volume.device
+    caches = []
+    for tree in policy.trees.values():
+        try:
+            if tree.role == "cache" and os.stat(tree.path).st_dev == device:
+                caches.append(os.path.normpath(os.path.abspath(tree.path)))
+        except OSError:
+            continue
+    folders = [j.folder for j in tx.jobs.active() if j.device == device]
+    back = sum(allocated_size(p) for p in caches) + sum(allocated_size(f) for f in folders)
+    inside = tuple(p + os.sep for p in (*caches, *folders))
+    for r in live_reservations(tx, device=device):
+        if r.path is not None and not r.path.startswith(inside) and owners_alive(r):
+            back += r.bytes - r.outstanding
+    for path in kept:
+        if path.startswith(tuple(p + os.sep for p in caches)):
+            back -= allocated_size(path)
+    used = volume.total - volume.free
+    return Capacity(volume.total, volume.floor, max(0, used - back))
