@@ -55,7 +55,13 @@ def names_for(pattern: str) -> st.SearchStrategy[list[str]]:
     pieces = [*_CHARS, ".wav", ".tmp", ".lock", "x"]
     name = st.lists(st.sampled_from(pieces), min_size=0, max_size=7).map("".join)
     folder = st.sampled_from(["", "sub/", "sub/deep/", "x.wav/"])
-    return st.lists(st.tuples(folder, name).map("".join), max_size=30)
+    # Paths as a scan makes them, relative to the root: no leading, doubled or trailing "/".
+    rel = st.tuples(folder, name).map("".join).filter(_relative)
+    return st.lists(rel, max_size=30)
+
+
+def _relative(rel: str) -> bool:
+    return bool(rel) and not rel.startswith("/") and not rel.endswith("/") and "//" not in rel
 
 
 def reference(pattern: str, rels: list[str]) -> tuple[list[str], list[bool]]:

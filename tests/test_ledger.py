@@ -113,9 +113,10 @@ def test_a_new_ledger_has_the_current_schema(
     jan = cache_janitor()
     jan.reserve("t", 1).release()
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     sql = _schema_sql(janitor_env.ledger)
-    assert "WITHOUT ROWID" in sql["reservations"]
+    assert "WITHOUT ROWID" in sql["reservations"] and "job_id" in sql["reservations"]
+    assert {"jobs", "job_writers", "job_sources", "waiters", "jobs_active"} <= set(sql)
     assert "WHERE state = 'live'" in sql["reservations_live"]
     assert "AUTOINCREMENT" not in sql["log"]
     assert "log_ts" not in sql and "reservations_state" not in sql
@@ -156,7 +157,7 @@ def test_schema_1_is_upgraded_in_place_keeping_what_a_prune_would_keep(
     live = jan.reservations()
     assert [(r.id, r.bytes) for r in live] == [("r-00000000000000aa", 3 << 20)]
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
         assert conn.execute("SELECT id, state FROM reservations ORDER BY id").fetchall() == [
             ("r-00000000000000aa", "live"),
             ("r-00000000000000bb", "released"),
@@ -180,12 +181,15 @@ def test_schema_1_is_upgraded_in_place_keeping_what_a_prune_would_keep(
 def test_schema_2_gains_the_command_columns_and_keeps_its_reservations(
     cache_janitor: Callable[[], Janitor], janitor_env: JanitorEnv
 ) -> None:
-    """A schema-2 ledger (no command columns) is upgraded in place: the live reservation stays
-    live and can then cover a command."""
+    """A schema-2 ledger (no command columns, no jobs) is upgraded in place: the live
+    reservation stays live and can then cover a command."""
     jan = cache_janitor()
     r = jan.reserve("t", 1 << 20)
     jan.ledger.close()
     with sqlite3.connect(janitor_env.ledger) as conn:  # back to schema 2, as 0.1 wrote it
+        for table in ("jobs", "job_writers", "job_sources", "waiters"):
+            conn.execute(f"DROP TABLE {table}")
+        conn.execute("ALTER TABLE reservations DROP COLUMN job_id")
         conn.execute("ALTER TABLE reservations DROP COLUMN command_start")
         conn.execute("ALTER TABLE reservations DROP COLUMN command_pid")
         conn.execute("PRAGMA user_version = 2")
@@ -194,9 +198,33 @@ def test_schema_2_gains_the_command_columns_and_keeps_its_reservations(
     covered = again.cover(r.id, os.getpid())
     assert covered.command_pid == os.getpid()
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 2, "to": 3}]
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 2, "to": 4}]
+    again.release(r.id)
+
+
+def test_schema_3_gains_the_job_tables_and_keeps_its_reservations(
+    cache_janitor: Callable[[], Janitor], janitor_env: JanitorEnv
+) -> None:
+    """A schema-3 ledger (before jobs) is upgraded in place: its live reservation stays live,
+    and jobs can be recorded."""
+    jan = cache_janitor()
+    r = jan.reserve("t", 1 << 20)
+    jan.ledger.close()
+    with sqlite3.connect(janitor_env.ledger) as conn:  # back to schema 3
+        for table in ("jobs", "job_writers", "job_sources", "waiters"):
+            conn.execute(f"DROP TABLE {table}")
+        conn.execute("ALTER TABLE reservations DROP COLUMN job_id")
+        conn.execute("PRAGMA user_version = 3")
+    again = cache_janitor()
+    assert [(x.id, x.job_id) for x in again.reservations()] == [(r.id, None)]
+    assert again.jobs() == []
+    with sqlite3.connect(janitor_env.ledger) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 3, "to": 4}]
     again.release(r.id)
 
 

@@ -436,7 +436,9 @@ def test_cli_status_json_shape(run_cli: Cli, make_scene: Callable[..., Scene]) -
     done = run_cli("status", "--json")
     assert done.returncode == 0, done.stderr
     data: dict[str, Any] = json.loads(done.stdout)
-    assert set(data) == {"time", "policy", "level", "volumes", "trees", "reservations"}
+    assert set(data) == {
+        "time", "policy", "level", "volumes", "trees", "reservations", "jobs", "waiting"
+    }  # fmt: skip
     assert data["policy"] == str(sc.policy)
     assert data["level"] == "ok"
     (vol,) = data["volumes"]

@@ -122,6 +122,13 @@ class Settings(BaseSettings):
     forecast_window_s: float = Field(
         default=600.0, gt=0, description="Daemon: samples older than this are not fitted."
     )
+    guard_wait_s: float = Field(
+        default=120.0,
+        ge=0,
+        le=86400,
+        description="The guard: how long a job's first write waits for room that running jobs "
+        "will free (0 refuses at once).",
+    )
     http_port: int | None = Field(
         default=None, ge=1, le=65535, description="Daemon: also serve on 127.0.0.1:PORT."
     )

@@ -240,6 +240,9 @@ class RefusalOut(BaseModel):
     available: int
     shortfall: int
     evicted: int
+    queued: int = Field(0, description="Bytes wanted by calls waiting ahead of this one.")
+    waited_s: float = Field(0.0, description="Seconds this call waited for room.")
+    output: str | None = Field(None, description="The output file refused (a guarded call).")
     message: str
 
 

@@ -118,11 +118,12 @@ class Sweeper:
     def process_dirty(self) -> None:
         """Sweep trees that changed, and evict under pressure where volumes are low."""
         dirty, pressure = self.pending.take()
+        trees = self.janitor.policy.trees
+        if any(t in trees and trees[t].role == "scratch" for t in dirty):
+            # A job folder made or removed: a call waiting for room tries again now.
+            self.janitor.space.notify()
         for tree in sorted(dirty):
-            if (
-                tree in self.janitor.policy.trees
-                and self.janitor.policy.trees[tree].role == "cache"
-            ):
+            if tree in trees and trees[tree].role == "cache":
                 self.record_sweep(self.janitor.sweep(tree, pressure=False))
         for device in pressure:
             self.relieve(device)
@@ -157,6 +158,7 @@ class Sweeper:
                     watch_reason=w.reason if w else "",
                 )
         if result.report.deleted_units:
+            self.janitor.space.notify()
             log.info(
                 "swept %d units, %d B (free space +%d B)",
                 result.report.deleted_units,

@@ -61,11 +61,12 @@ def _import_paths() -> list[str]:
 def script(settings: Settings, *, python: str | None = None) -> str:
     """The guard script's text, for this interpreter and these settings."""
     interpreter = python or sys.executable
-    kwargs = {
+    kwargs: dict[str, object] = {
         "socket_path": str(settings.socket_path),
         "cache_dir": str(_cache_dir()),
         "log_dir": str(settings.log_dir),
         "policy": str(settings.policy_path),
+        "wait_s": settings.guard_wait_s,
     }
     args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
     return (

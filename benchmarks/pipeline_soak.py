@@ -1,0 +1,672 @@
+#!/usr/bin/env python3
+"""pipeline_soak: the unchanged pipeline, guarded, racing outside writers on a small disk.
+
+A simulated batchalign3 server whose worker processes make exactly the calls of
+../shared/BRIEF.md through the installed guard (``janitor shim install``; ffmpeg found on
+``PATH``, the worker is ffmpeg's parent, as the server is), several files at once:
+
+1. inputs that need converting (``.m4a``) get the media-cache WAV: an exclusive ``flock`` on
+   ``{fp}.wav.lock``, a re-check, ``ffmpeg -y -i SRC -acodec pcm_s16le -ar 16000 -ac 1
+   CACHE/{fp}.tmp.wav``, unlock, rename; ``.wav`` inputs are read in place;
+2. for ``--asr-frac`` of the files, a whole-file ``asr_v2`` PCM in a ``.tmpXXXXXX`` folder of
+   its own (``ffmpeg -y -i SRC -f f32le -acodec pcm_f32le -ar 16000 -ac 1 ...pcm``), removed
+   once "ASR" is done;
+3. forced alignment in a new ``.tmpXXXXXX``: per 15 s group, its JSON payload then its cut
+   (``ffmpeg -y -ss S -to E -i WAV -f f32le ... fa_v2/audio/fa-v2-audio-{ns}-{g}.pcm``) and
+   ``--compute-s`` of "inference"; every group's PCM stays until the file is done; then the
+   folder is removed (the Rust ``TempDir`` dropped).
+
+Meanwhile ``--outside`` writers with no reservation push the volume towards full in bursts,
+the harness SIGKILLs a worker mid-alignment every ``--kill-every`` seconds (the OOM killer;
+the server starts another), and the real daemon (product defaults: reaping every 10 s) runs.
+A tmpfs (root: it is mounted and unmounted here) holds the media cache, the job temp folder
+and files that belong to no job (checked untouched at the end).
+
+It prints one table (exit 0; ``--strict`` exits 1 when a goal is missed):
+
+* files started / completed / refused at their first write / failed later (with the groups of
+  compute lost; goal 0) and stopped by outside writers (counted apart, with their groups);
+* inputs deleted under a live job (0), admitted writes that met ENOSPC (0), foreign files
+  touched (0);
+* seconds from a writer's death to its folder's removal (goal at most 30 s);
+* wait times p50/p99 (from the guard's log), and the utilization of capacity minus floor while
+  a job waits (used + promised bytes over capacity - floor, sampled 4 times a second; goal at
+  least 90 %).
+
+    sudo .venv/bin/python benchmarks/pipeline_soak.py --minutes 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import Row, percentile, verdict
+
+MiB = 1024 * 1024
+PCM_ARGS = ["-f", "f32le", "-acodec", "pcm_f32le", "-ar", "16000", "-ac", "1"]
+JANITOR = [sys.executable, "-m", "janitor"]
+
+
+# -- the worker: one process of the simulated server ---------------------------------------------
+
+
+class Failed(Exception):
+    """An ffmpeg call of the file failed: its kind (refused, stopped, enospc, input, error)."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+def _kind(code: int, err: str, wav: str | None) -> str:
+    if "No space left on device" in err:
+        return "enospc"
+    if code == 75 and "space-janitor: refused" in err:
+        return "refused"
+    if code == 75 and "space-janitor: stopped" in err:
+        return "stopped"
+    if wav is not None and not os.path.exists(wav):
+        return "input"
+    return "error"
+
+
+def ffmpeg(*args: str, wav: str | None = None) -> None:
+    proc = subprocess.run(["ffmpeg", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise Failed(_kind(proc.returncode, proc.stderr, wav), proc.stderr.strip()[-400:])
+
+
+def fingerprint(path: str) -> str:
+    """A stand-in for batchalign3's BLAKE3 fingerprint (the same bytes, another hash)."""
+    size = os.path.getsize(path)
+    h = hashlib.blake2b(size.to_bytes(8, "big"))
+    with open(path, "rb") as f:
+        h.update(f.read(65536))
+        if size > 65536:
+            f.seek(-65536, os.SEEK_END)
+            h.update(f.read(65536))
+    return h.hexdigest()[:24]
+
+
+def cached_wav(src: str, cache: str) -> str:
+    if src.endswith(".wav"):
+        return src
+    fp = fingerprint(src)
+    wav, tmp = os.path.join(cache, f"{fp}.wav"), os.path.join(cache, f"{fp}.tmp.wav")
+    fd = os.open(os.path.join(cache, f"{fp}.wav.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.path.exists(wav):
+            return wav
+        ffmpeg("-y", "-i", src, "-acodec", "pcm_s16le", "-ar", "16000", "-ac", "1", tmp)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+    os.rename(tmp, wav)
+    return wav
+
+
+class Worker:
+    """One worker process: file after file until the stop file appears."""
+
+    def __init__(self, slot: int, work: Path, cfg: dict[str, Any]) -> None:
+        self.slot = slot
+        self.work = work
+        self.cfg = cfg
+        self.rng = random.Random(cfg["seed"] * 1000 + slot * 7 + os.getpid())
+        self.cache = str(work / "mnt" / "cache")
+        self.tmp = str(work / "mnt" / "tmp")
+        self.state_file = work / "state" / f"worker-{slot}.json"
+        self.records = work / "records" / f"worker-{slot}.jsonl"
+
+    def state(self, **data: Any) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": os.getpid(), **data}))
+        os.replace(tmp, self.state_file)
+
+    def run(self) -> None:
+        sources = json.loads((self.work / "sources.json").read_text())
+        stop = self.work / "stop"
+        while not stop.exists():
+            src = self.rng.choice(sources)
+            rec: dict[str, Any] = {"src": os.path.basename(src["path"]), "t0": time.time()}
+            rec["groups"] = -(-int(src["duration"]) // self.cfg["group_s"])
+            rec["cuts"] = 0
+            try:
+                self.one(src, rec)
+                rec["outcome"] = "completed"
+            except Failed as exc:
+                rec["outcome"], rec["detail"] = exc.kind, str(exc)
+            except OSError as exc:  # the worker's own small writes (payloads) are unguarded
+                rec["outcome"], rec["detail"] = "own-write", f"{exc.strerror}: {exc.filename}"
+            rec["t1"] = time.time()
+            with open(self.records, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+            self.state(phase="idle")
+
+    def one(self, src: dict[str, Any], rec: dict[str, Any]) -> None:
+        cfg = self.cfg
+        self.state(phase="convert")
+        wav = cached_wav(src["path"], self.cache)
+        ino = os.stat(wav).st_ino
+        if self.rng.random() < cfg["asr_frac"]:
+            job = tempfile.mkdtemp(prefix=".tmp", dir=self.tmp)
+            try:
+                audio = os.path.join(job, "asr_v2", "audio")
+                os.makedirs(audio)
+                self.state(phase="asr", folder=job)
+                ffmpeg("-y", "-i", src["path"], *PCM_ARGS, os.path.join(audio, "asr.pcm"))
+                time.sleep(cfg["compute_s"] * 2)
+            finally:
+                shutil.rmtree(job, ignore_errors=True)
+        job = tempfile.mkdtemp(prefix=".tmp", dir=self.tmp)
+        ns = self.rng.randrange(1 << 30)
+        try:
+            audio, text = (os.path.join(job, "fa_v2", d) for d in ("audio", "text"))
+            os.makedirs(audio)
+            os.makedirs(text)
+            for g in range(rec["groups"]):
+                start = g * cfg["group_s"]
+                end = min((g + 1) * cfg["group_s"], src["duration"])
+                with open(os.path.join(text, f"fa-v2-payload-{ns}-{g}.json"), "w") as f:
+                    json.dump({"words": ["w"] * 40, "start_ms": int(start * 1000)}, f)
+                st = os.stat(wav) if os.path.exists(wav) else None
+                if st is None or st.st_ino != ino:
+                    raise Failed("input", f"{wav} deleted or replaced under the job")
+                pcm = os.path.join(audio, f"fa-v2-audio-{ns}-{g}.pcm")
+                self.state(phase="fa", folder=job, cuts=rec["cuts"])
+                ffmpeg("-y", "-ss", f"{start:.3f}", "-to", f"{end:.3f}", "-i", wav, *PCM_ARGS,
+                       pcm, wav=wav)  # fmt: skip
+                rec["cuts"] += 1
+                self.state(phase="fa", folder=job, cuts=rec["cuts"])
+                time.sleep(cfg["compute_s"])
+        finally:
+            shutil.rmtree(job, ignore_errors=True)
+
+
+# -- the harness -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Planted:
+    path: Path
+    ino: int
+    size: int
+    mtime_ns: int
+    digest: str
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def plant(paths: list[Path], rng: random.Random) -> list[Planted]:
+    out = []
+    for p in paths:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(rng.randrange(4096, 65536)))
+        old = time.time() - 86400 * 3
+        os.utime(p, (old, old))
+        st = p.stat()
+        out.append(Planted(p, st.st_ino, st.st_size, st.st_mtime_ns, _digest(p)))
+    return out
+
+
+def touched(planted: list[Planted]) -> list[str]:
+    bad = []
+    for p in planted:
+        try:
+            st = p.path.stat()
+        except OSError:
+            bad.append(f"{p.path}: gone")
+            continue
+        if (st.st_ino, st.st_size, st.st_mtime_ns) != (p.ino, p.size, p.mtime_ns):
+            bad.append(f"{p.path}: changed")
+        elif _digest(p.path) != p.digest:
+            bad.append(f"{p.path}: content changed")
+    return bad
+
+
+@dataclass
+class Harness:
+    args: argparse.Namespace
+    work: Path
+    env: dict[str, str]
+    rng: random.Random
+    stop: threading.Event = field(default_factory=threading.Event)
+    workers: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    kills: list[dict[str, Any]] = field(default_factory=list)
+    util: list[float] = field(default_factory=list)
+    min_free: int = 1 << 62
+    floor: int = 0
+    outside_enospc: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def mnt(self) -> Path:
+        return self.work / "mnt"
+
+    def spawn(self, slot: int) -> None:
+        cfg = {
+            "seed": self.args.seed,
+            "group_s": self.args.group_s,
+            "compute_s": self.args.compute_s,
+            "asr_frac": self.args.asr_frac,
+        }
+        self.workers[slot] = subprocess.Popen(
+            [sys.executable, __file__, "--worker", str(slot), "--work", str(self.work),
+             "--config", json.dumps(cfg)],
+            env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=open(self.work / "log" / f"worker-{slot}.err", "ab"),  # noqa: SIM115
+        )  # fmt: skip
+
+    def outside(self, k: int) -> None:
+        """Bursts into outside/: towards full, held a few seconds, then deleted."""
+        rng = random.Random(self.args.seed * 31 + k)
+        folder = self.mnt / "outside"
+        block = rng.randbytes(MiB)
+        n = 0
+        while not self.stop.wait(rng.uniform(2.0, 6.0)):
+            path = folder / f"burst-{k}-{n}.bin"
+            n += 1
+            st = os.statvfs(self.mnt)
+            free = st.f_bavail * st.f_frsize
+            target = rng.uniform(0.3, 1.3) * self.floor  # down to around the floor, sometimes below
+            want = max(0, int(free - target)) // self.args.outside
+            try:
+                with open(path, "wb") as f:
+                    left = want
+                    while left > 0 and not self.stop.is_set():
+                        f.write(block[: min(left, MiB)])
+                        f.flush()
+                        left -= MiB
+                        time.sleep(MiB / (self.args.outside_rate * MiB))
+            except OSError:
+                with self.lock:
+                    self.outside_enospc += 1
+            self.stop.wait(rng.uniform(1.0, 4.0))
+            path.unlink(missing_ok=True)
+
+    def sampler(self) -> None:
+        """Free space, and the utilization of capacity minus floor while a call waits."""
+        from janitor import Janitor
+        from janitor.admission.reserve import live_reservations
+
+        jan = Janitor.from_settings(policy=self.work / "policy.toml")
+        device = os.stat(self.mnt).st_dev
+        while not self.stop.wait(0.25):
+            st = os.statvfs(self.mnt)
+            free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+            self.min_free = min(self.min_free, free)
+            try:
+                with jan.ledger.read() as tx:
+                    if not tx.waiters.on(device):
+                        continue
+                    promised = sum(r.outstanding for r in live_reservations(tx, device=device))
+            except Exception:
+                continue
+            used = total - free
+            self.util.append(min(1.0, (used + promised) / (total - self.floor)))
+
+    def killer(self) -> None:
+        """Every --kill-every seconds, SIGKILL a worker mid-alignment; the server restarts it."""
+        while not self.stop.wait(self.rng.uniform(0.5, 1.5) * self.args.kill_every):
+            candidates = []
+            for slot in self.workers:
+                try:
+                    st = json.loads((self.work / "state" / f"worker-{slot}.json").read_text())
+                except (OSError, ValueError):
+                    continue
+                if st.get("phase") == "fa" and st.get("cuts", 0) >= 2:
+                    candidates.append((slot, st))
+            if not candidates:
+                continue
+            slot, st = self.rng.choice(candidates)
+            proc = self.workers[slot]
+            if proc.pid != st["pid"]:
+                continue
+            proc.kill()
+            proc.wait()
+            kill = {"t": time.monotonic(), "folder": st["folder"], "gone": None}
+            self.kills.append(kill)
+            threading.Thread(target=self._watch_folder, args=(kill,), daemon=True).start()
+            self.spawn(slot)
+
+    def _watch_folder(self, kill: dict[str, Any]) -> None:
+        deadline = kill["t"] + 120
+        while time.monotonic() < deadline:
+            if not os.path.exists(kill["folder"]):
+                kill["gone"] = time.monotonic() - kill["t"]
+                return
+            time.sleep(0.1)
+
+
+# -- setup -----------------------------------------------------------------------------------------
+
+
+def make_sources(folder: Path, n: int, rng: random.Random) -> list[dict[str, Any]]:
+    """``n`` recordings of 45-240 s, mostly ``.m4a`` (converted), a few ``.wav`` (read in place)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(n):
+        seconds = rng.randrange(45, 240)
+        ext = ".wav" if i % 4 == 3 else ".m4a"
+        path = folder / f"talk-{i}{ext}"
+        codec = (
+            ["-c:a", "pcm_s16le", "-ar", "16000"]
+            if ext == ".wav"
+            else ["-c:a", "aac", "-b:a", "24k"]
+        )
+        subprocess.run(
+            ["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+             f"sine=frequency={200 + 37 * i}:duration={seconds}", "-ac", "1", *codec, str(path)],
+            check=True,
+        )  # fmt: skip
+        out.append({"path": str(path), "duration": seconds})
+    return out
+
+
+def policy_text(mnt: Path, floor: str, quota: str) -> str:
+    return f"""[volume]
+floor = "{floor}"
+
+[trees.media_cache]
+role = "cache"
+path = "{mnt / "cache"}"
+quota = "{quota}"
+min_age = "30s"
+group = '^(?P<key>[^/]+?)(?:\\.tmp)?\\.wav(?:\\.lock)?$'
+lock = "{{key}}.wav.lock"
+
+[trees.job_tmp]
+role = "scratch"
+path = "{mnt / "tmp"}"
+units = "dir"
+unit_glob = ".tmp*"
+unit_requires = ["fa_v2", "asr_v2", "speaker_v2"]
+orphan_age = "12h"
+min_age = "10m"
+"""
+
+
+@contextlib.contextmanager
+def mounted(where: Path, size: str) -> Iterator[None]:
+    where.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True)
+    try:
+        yield
+    finally:
+        for _ in range(20):
+            if subprocess.run(["umount", str(where)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.5)
+        else:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def guard_log_waits(path: Path) -> tuple[int, list[float], list[float]]:
+    """(waits started, seconds of those admitted, seconds of those refused) from guard.log."""
+    started = 0
+    admitted: list[float] = []
+    refused: list[float] = []
+    if not path.exists():
+        return 0, [], []
+    for line in path.read_text(errors="replace").splitlines():
+        if "INFO" in line and ": waiting: " in line:
+            started += 1
+        m = re.search(r"after waiting ([\d.]+) s", line)
+        if m is None:
+            continue
+        (refused if ": refused: " in line else admitted).append(float(m.group(1)))
+    return started, admitted, refused
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    work = Path(tempfile.mkdtemp(prefix="pipeline-soak-"))
+    for d in ("state", "records", "log", "run", "bin", "home"):
+        (work / d).mkdir()
+    os.chmod(work / "run", 0o700)
+    print(f"work folder {work}; making {args.sources} recordings ...", file=sys.stderr)
+    sources = make_sources(work / "media", args.sources, rng)
+    (work / "sources.json").write_text(json.dumps(sources))
+    mnt = work / "mnt"
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mounted(mnt, args.size))
+        for d in ("cache", "tmp", "outside"):
+            (mnt / d).mkdir()
+        planted = plant(
+            [mnt / "keep" / "thesis.pdf", mnt / "tmp" / ".tmpNOTOURS" / "data.bin",
+             mnt / "tmp" / "notes.txt", mnt / "tmp" / ".tmpOLDJOB" / "other" / "x.bin"],
+            rng,
+        )  # fmt: skip
+        (work / "policy.toml").write_text(policy_text(mnt, args.floor, args.quota))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JANITOR_")}
+        env.update(
+            HOME=str(work / "home"),
+            XDG_DATA_HOME=str(work / "home" / "data"),
+            XDG_CACHE_HOME=str(work / "home" / "cache"),
+            JANITOR_POLICY=str(work / "policy.toml"),
+            JANITOR_STATE_DIR=str(work / "state"),
+            JANITOR_RUNTIME_DIR=str(work / "run"),
+            JANITOR_LOG_DIR=str(work / "log"),
+            TMPDIR=str(mnt / "tmp"),
+        )
+        os.environ.update({k: v for k, v in env.items() if k.startswith("JANITOR_")})
+        subprocess.run([*JANITOR, "shim", "install", "--dir", str(work / "bin")], env=env,
+                       check=True, capture_output=True)  # fmt: skip
+        env["PATH"] = f"{work / 'bin'}{os.pathsep}{env['PATH']}"
+        daemon = subprocess.Popen(
+            [*JANITOR, "daemon", "--quiet"], env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=open(work / "log" / "daemon.err", "wb"),  # noqa: SIM115
+        )  # fmt: skip
+        stack.callback(_stop, daemon)
+        sock = work / "run" / "janitor.sock"
+        for _ in range(200):
+            if sock.exists():
+                break
+            time.sleep(0.1)
+        h = Harness(args, work, env, rng)
+        from janitor import Janitor
+
+        h.floor = Janitor.from_settings(policy=work / "policy.toml").volumes()["job_tmp"].floor
+        threads = [threading.Thread(target=h.sampler, daemon=True),
+                   threading.Thread(target=h.killer, daemon=True)]  # fmt: skip
+        threads += [threading.Thread(target=h.outside, args=(k,), daemon=True)
+                    for k in range(args.outside)]  # fmt: skip
+        t0 = time.monotonic()
+        for slot in range(args.workers):
+            h.spawn(slot)
+        for t in threads:
+            t.start()
+        print(f"running {args.minutes:g} min: {args.workers} workers ...", file=sys.stderr)
+        while time.monotonic() - t0 < args.minutes * 60:
+            time.sleep(1.0)
+            for slot, proc in list(h.workers.items()):
+                if proc.poll() is not None and not (work / "stop").exists():
+                    h.spawn(slot)  # a worker that died on its own: the server starts another
+        (work / "stop").touch()
+        h.stop.set()
+        for proc in h.workers.values():
+            try:
+                proc.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for path in (mnt / "outside").iterdir():
+            path.unlink()
+        deadline = time.monotonic() + 60
+        while any(k["gone"] is None for k in h.kills) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        elapsed = time.monotonic() - t0
+        records = []
+        for f in (work / "records").glob("*.jsonl"):
+            records += [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+        left = sorted(p.name for p in (mnt / "tmp").glob(".tmp*"))
+        return {
+            "elapsed": elapsed,
+            "records": records,
+            "kills": h.kills,
+            "util": h.util,
+            "min_free": h.min_free,
+            "floor": h.floor,
+            "touched": touched(planted),
+            "outside_enospc": h.outside_enospc,
+            "waits": guard_log_waits(work / "log" / "guard.log"),
+            "left": left,
+            "work": str(work),
+        }
+
+
+def _stop(daemon: subprocess.Popen[bytes]) -> None:
+    daemon.send_signal(signal.SIGTERM)
+    try:
+        daemon.wait(15)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+
+
+def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
+    recs = r["records"]
+    by = {k: [x for x in recs if x["outcome"] == k] for k in
+          ("completed", "refused", "stopped", "enospc", "input", "error", "own-write")}  # fmt: skip
+    first = [x for x in by["refused"] if x["cuts"] == 0]
+    later = [x for x in recs if x["outcome"] not in ("completed", "stopped") and x["cuts"] > 0]
+    lost = sum(x["cuts"] for x in later)
+    stopped_lost = sum(x["cuts"] for x in by["stopped"])
+    gone = sorted(k["gone"] for k in r["kills"] if k["gone"] is not None)
+    never = sum(1 for k in r["kills"] if k["gone"] is None)
+    started, admitted, refused_after = r["waits"]
+    waits = sorted(admitted + refused_after)
+    util = sorted(r["util"])
+    rows = [
+        Row("files started (killed mid-job not counted)", str(len(recs))),
+        Row("  completed", str(len(by["completed"]))),
+        Row("  refused at their first write", str(len(first))),
+        Row(
+            "  failed later (groups of compute lost)",
+            f"{len(later)} ({lost})",
+            target="0",
+            verdict=verdict(not later),
+        ),
+        Row("  stopped by outside writers (groups lost)", f"{len(by['stopped'])} ({stopped_lost})"),
+        Row("workers SIGKILLed mid-job", str(len(r["kills"]))),
+        Row(
+            "inputs deleted under a live job",
+            str(len(by["input"])),
+            target="0",
+            verdict=verdict(not by["input"]),
+        ),
+        Row(
+            "admitted writes that met ENOSPC",
+            str(len(by["enospc"])),
+            target="0",
+            verdict=verdict(not by["enospc"]),
+        ),
+        Row(
+            "foreign files touched",
+            str(len(r["touched"])),
+            target="0",
+            verdict=verdict(not r["touched"]),
+        ),
+        Row(
+            "writer's death to its folder's removal, max (p50)",
+            f"{gone[-1]:.1f} s ({percentile(gone, 50):.1f} s)" if gone else "-",
+            target="<= 30 s",
+            verdict=verdict(bool(gone) and gone[-1] <= 30 and not never),
+        ),
+        Row("  folders never removed (within 120 s)", str(never)),
+        Row(
+            "waits started / admitted / refused at the deadline",
+            f"{started} / {len(admitted)} / {len(refused_after)}",
+        ),
+        Row(
+            "wait time p50 / p99",
+            f"{percentile(waits, 50):.1f} s / {percentile(waits, 99):.1f} s" if waits else "-",
+        ),
+        Row(
+            "utilization of capacity - floor while a job waits, mean (p10)",
+            f"{100 * sum(util) / len(util):.1f} % ({100 * percentile(util, 10):.1f} %)"
+            if util
+            else "- (no job waited)",
+            target=">= 90 %",
+            verdict=verdict(bool(util) and sum(util) / len(util) >= 0.9),
+        ),
+        Row("lowest free space / floor", f"{r['min_free'] / MiB:.1f} / {r['floor'] / MiB:.1f} MiB"),
+        Row(
+            "other failures (ffmpeg errors; the worker's own writes)",
+            f"{len(by['error'])}; {len(by['own-write'])}",
+        ),
+        Row("outside writes that met ENOSPC (promised nothing)", str(r["outside_enospc"])),
+        Row(
+            "job folders left at the end",
+            str(len([x for x in r["left"] if x not in (".tmpNOTOURS", ".tmpOLDJOB")])),
+        ),
+    ]
+    return rows
+
+
+def print_table(rows: list[Row], r: dict[str, Any]) -> None:
+    w = max(len(x.measurement) for x in rows)
+    v = max(len(x.value) for x in rows)
+    print(f"pipeline soak: {r['elapsed'] / 60:.1f} min on a tmpfs; work folder {r['work']}")
+    print(f"{'measurement':<{w}}  {'value':<{v}}  {'target':<8}  verdict")
+    for x in rows:
+        print(f"{x.measurement:<{w}}  {x.value:<{v}}  {x.target:<8}  {x.verdict}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--minutes", type=float, default=5.0)
+    p.add_argument("--size", default="192m", help="the tmpfs")
+    p.add_argument("--floor", default="16MiB")
+    p.add_argument("--quota", default="48MiB", help="the media cache's")
+    p.add_argument("--workers", type=int, default=4, help="files aligned at once")
+    p.add_argument("--sources", type=int, default=12, help="recordings to choose from")
+    p.add_argument("--group-s", type=int, default=15)
+    p.add_argument("--compute-s", type=float, default=0.3, help="'inference' per group")
+    p.add_argument("--asr-frac", type=float, default=0.3)
+    p.add_argument("--kill-every", type=float, default=25.0, help="seconds between SIGKILLs")
+    p.add_argument("--outside", type=int, default=2, help="outside writers")
+    p.add_argument("--outside-rate", type=float, default=24.0, help="MiB/s each")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--json", help="write the raw results here")
+    p.add_argument("--strict", action="store_true", help="exit 1 when a goal is missed")
+    p.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--work", help=argparse.SUPPRESS)
+    p.add_argument("--config", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker is not None:
+        Worker(args.worker, Path(args.work), json.loads(args.config)).run()
+        return 0
+    if os.geteuid() != 0:
+        print("pipeline_soak mounts a tmpfs: run it as root (sudo)", file=sys.stderr)
+        return 2
+    result = run(args)
+    rows = build_rows(result, args)
+    print_table(rows, result)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
+    return 1 if args.strict and any(x.verdict == "MISSES" for x in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
