@@ -191,7 +191,10 @@ class Worker:
                     json.dump({"words": ["w"] * 40, "start_ms": int(start * 1000)}, f)
                 st = os.stat(wav) if os.path.exists(wav) else None
                 if st is None or st.st_ino != ino:
-                    raise Failed("input", f"{wav} deleted or replaced under the job")
+                    # Before its first cut the job is not known yet: the WAV went between the
+                    # pipeline's cache lookup (invisible to the guard) and that cut.
+                    kind = "input" if rec["cuts"] else "lookup"
+                    raise Failed(kind, f"{wav} deleted or replaced under the job")
                 pcm = os.path.join(audio, f"fa-v2-audio-{ns}-{g}.pcm")
                 self.state(phase="fa", folder=job, cuts=rec["cuts"])
                 ffmpeg("-y", "-ss", f"{start:.3f}", "-to", f"{end:.3f}", "-i", wav, *PCM_ARGS,
@@ -393,7 +396,7 @@ floor = "{floor}"
 role = "cache"
 path = "{mnt / "cache"}"
 quota = "{quota}"
-min_age = "30s"
+min_age = "10m"
 group = '^(?P<key>[^/]+?)(?:\\.tmp)?\\.wav(?:\\.lock)?$'
 lock = "{{key}}.wav.lock"
 
@@ -547,7 +550,8 @@ def _stop(daemon: subprocess.Popen[bytes]) -> None:
 def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
     recs = r["records"]
     by = {k: [x for x in recs if x["outcome"] == k] for k in
-          ("completed", "refused", "stopped", "enospc", "input", "error", "own-write")}  # fmt: skip
+          ("completed", "refused", "stopped", "enospc", "input", "lookup", "error",
+           "own-write")}  # fmt: skip
     first = [x for x in by["refused"] if x["cuts"] == 0]
     later = [x for x in recs if x["outcome"] not in ("completed", "stopped") and x["cuts"] > 0]
     lost = sum(x["cuts"] for x in later)

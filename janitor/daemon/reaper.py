@@ -32,7 +32,9 @@ class Reaper:
             log.info("reservation %s ended: %s", info.id, info.state)
         for end in ended.jobs:
             log.info("job %s (%s) %s: %s", end.job.id, end.job.folder, end.state, end.why)
-        if any(end.state == "orphan" for end in ended.jobs):
+        # Every orphan, not only those that became one now: a sweep may have marked it, or a
+        # file still open in it (the dead writer's last ffmpeg) kept it at the last try.
+        if any(j.state == "orphan" and not j.foreign for j in self.janitor.jobs()):
             for job in self.janitor.remove_orphans():
                 log.info("removed the folder of orphaned job %s: %s", job.id, job.folder)
         if self._pruned is None or time.monotonic() - self._pruned >= PRUNE_INTERVAL_S:

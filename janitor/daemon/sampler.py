@@ -37,6 +37,11 @@ log = logging.getLogger("janitor.daemon")
 _Change = tuple[int, str, str, str]
 
 
+#: Free space that grew by more than this since the last sample wakes the calls waiting for room
+#: (an outside writer deleted its files: nothing else would tell them).
+FREED = 1 << 20
+
+
 class Sampler:
     """The ``sample`` job and what it decides; it runs on the scheduler's thread."""
 
@@ -67,6 +72,7 @@ class Sampler:
         self._trackers: dict[int, LevelTracker] = {}
         self._pressed_at: dict[int, float] = {}  # monotonic time of the last pressure sweep
         self._sample_every = settings.sample_interval_s
+        self._free: dict[int, int] = {}  # each volume's free space at the last sample
 
     def sample(self) -> None:
         """Sample every volume, forecast, update levels, act on changes, publish."""
@@ -88,6 +94,10 @@ class Sampler:
             return series
 
         series = ledger.call(record)
+        freed = [d for d, vs in readings.items() if vs.free > self._free.get(d, vs.free) + FREED]
+        self._free = {d: vs.free for d, vs in readings.items()}
+        if freed:
+            self.janitor.space.notify()  # a call waiting for room tries again now
         with ledger.read() as tx:
             live = live_reservations(tx, now=now)
         changes: list[_Change] = []

@@ -65,6 +65,11 @@ __all__ = [
 #: often it tries to make room by evicting caches while it is first in line.
 POLL_S = 1.0
 ROOM_EVERY_S = 10.0
+#: How far a job's cuts may pass its working set, on their own, without a new admission: each
+#: cut's file rounds up to whole blocks of its filesystem (4 KiB; a few hundred per hour of
+#: audio), which the working set, worked out from the duration, cannot know.
+WORKING_SET_MARGIN = 0.02
+WORKING_SET_SLACK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,9 +447,20 @@ def _draw(
                 raise SpaceRisk(pool.id, pool.volume, pool.at_risk)
         if w.bytes <= pool.outstanding:
             return HeldWrite(pool.id, w.path, pool.outstanding, _floor(jan, tp), pooled=True)
-        # More than the working set has left (a group cut twice, rounding): the rest is
-        # admitted like any growth.
+        # More than the working set has left. Within the estimate's margin (each cut's file
+        # rounds up to whole blocks, which the working set cannot know) it is granted as it
+        # stands: an admitted file is never refused midway, and the floor's margin covers it.
+        # Past that (a group cut twice), the rest is admitted like any growth.
         extra = w.bytes - pool.outstanding
+        planned = sum(s.working_set for s in job.sources if s.output_dir == out_dir)
+        if pool.bytes + extra <= planned * (1 + WORKING_SET_MARGIN) + WORKING_SET_SLACK:
+            tx.reservations.set_bytes(pool.id, pool.bytes + extra)
+            tx.log.add(
+                "grow", tree=pool.tree, device=pool.device, reservation=pool.id,
+                nbytes=pool.bytes + extra, path=pool.path, ts=now, previous=pool.bytes,
+                within_margin=True,
+            )  # fmt: skip
+            return HeldWrite(pool.id, w.path, w.bytes, _floor(jan, tp), pooled=True)
         needs[device] = needs.get(device, 0) + extra
         decision, grown = grow_reservation(tx, jan.policy, tp, pool.id, pool.bytes + extra, now=now)
         if grown is None:
