@@ -9,6 +9,7 @@ cache and the job temp tree, as the shipped policy shapes them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ import psutil
 import pytest
 
 from ._daemon_helpers import DaemonSetup, daemon_setup, eventually, running_daemon
-from .conftest import JANITOR_BIN, PCM_RATE, SIM, MiB, Pipeline, fill_file
+from .conftest import JANITOR_BIN, PCM_RATE, SIM, MiB, Pipeline, fill_file, free_of
 from .test_guard import log_of, report_of
 
 pytestmark = pytest.mark.skipif(
@@ -171,15 +172,25 @@ def test_a_job_that_fits_only_if_its_own_wav_went_is_refused_at_its_first_cut(
 def test_room_is_made_from_other_entries_never_from_the_wav_the_job_reads(
     tmp_path: Path, m4a: Callable[[float], Path]
 ) -> None:
-    """Inputs are pinned before outputs make room: the first cut's working set fits only once
-    cache entries are evicted; the old unrelated entry goes, the job's own WAV (as old, by
-    min_age 0) stays, and every group is cut from it."""
+    """Inputs are pinned before outputs make room: the volume is so full that the very first
+    cut needs cache entries evicted. The job's own WAV (a cache hit, two days unused: the first
+    that least-recently-used order takes) stays; the unrelated entry, one day unused, goes;
+    every group is cut from the WAV. (Before, the first cut's make-room took the WAV itself.)"""
     src = m4a(300)  # WAV 9.2 MiB, working set 18.3 MiB
     report = tmp_path / "report.jsonl"
-    with site(tmp_path, size="48m", floor="16MiB") as s:
+    with site(tmp_path, size="64m", floor="16MiB", quota="64MiB") as s:
+        # noatime, as many volumes are mounted: reading the WAV's header does not make it recent.
+        subprocess.run(["mount", "-o", "remount,noatime", str(s.setup.mount)], check=True)
+        made = s.start("--groups", "0", src)  # the conversion alone: a cache entry to hit later
+        assert finish(made)[0] == 0
+        (hit,) = [w for w in s.cache.glob("*.wav") if ".tmp" not in w.name]
+        for f in (hit, hit.with_name(hit.name + ".lock")):  # the entry, and its lock file
+            os.utime(f, (time.time() - 2 * 86400, time.time() - 2 * 86400))
         old = s.cache / ("0" * 24 + ".wav")
-        fill_file(old, 8 * MiB)
+        fill_file(old, 20 * MiB)
         os.utime(old, (time.time() - 86400, time.time() - 86400))
+        # Another program's file: what is left above the floor is less than one cut.
+        fill_file(s.setup.mount / "filler.bin", 19 * MiB)
         proc = s.start("--groups", "15", "--group-s", "20", "--report", report, src)
         code, _, err = finish(proc)
         log = s.log()
@@ -188,7 +199,7 @@ def test_room_is_made_from_other_entries_never_from_the_wav_the_job_reads(
     assert code == 0, err
     assert not old_left
     assert len(cuts_of(report)) == 15 and all(c["bytes"] == 20 * PCM_RATE for c in cuts_of(report))
-    assert len(wavs) == 1  # the job's WAV, never evicted
+    assert wavs == [hit.name]  # the job's WAV, never evicted
     deleted = [e for e in log if e["event"] == "delete"]
     assert deleted and all(wavs[0] not in (e["path"] or "") for e in deleted), deleted
     assert {e["detail"].get("reason") for e in deleted} == {"make-room"}, deleted
@@ -471,3 +482,131 @@ def test_a_parent_shell_that_runs_one_command_string_is_not_the_writer() -> None
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+
+
+# -- the library, without ffmpeg ---------------------------------------------------------------
+
+
+@dataclass
+class Lib:
+    """A tmpfs with a job tree, a media file outside every tree, and a Janitor on them."""
+
+    jan: Any
+    mount: Path
+    tmp: Path
+    src: Path
+
+    def cut(self, folder: str, n: int, nbytes: int, whole: int) -> Any:
+        from janitor.jobs.writes import CallRequest, PlannedWrite
+
+        out = self.tmp / folder / "fa_v2" / "audio" / f"fa-v2-audio-1-{n}.pcm"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        return CallRequest(
+            (PlannedWrite(str(out), nbytes, str(self.src), whole),),
+            (str(self.src),),
+            owner_pid=os.getpid(),
+            writer_pid=os.getpid(),
+        )
+
+
+@pytest.fixture
+def lib(tmpfs: Callable[..., Path], write_policy: Callable[..., Path]) -> Iterator[Lib]:
+    from janitor import Janitor
+
+    mount = tmpfs("32m")
+    tmp = mount / "tmp"
+    tmp.mkdir()
+    src = mount / "talk.wav"
+    src.write_bytes(b"\0" * 4096)
+    policy = write_policy({"job_tmp": {**JOB_TREE, "path": str(tmp), "min_age": "0s"}})
+    jan = Janitor.from_settings(policy=policy)
+    yield Lib(jan, mount, tmp, src)
+    jan.ledger.close()
+
+
+def test_later_cuts_draw_on_the_working_set_with_no_new_admission(lib: Lib) -> None:
+    from janitor.jobs.writes import close, open_writes
+
+    first = open_writes(lib.jan, lib.cut(".tmpjob", 0, MiB, 10 * MiB))
+    (held,) = first.writes
+    assert held.pooled and held.allowed == 10 * MiB
+    fill_file(Path(held.output), MiB)
+    close(lib.jan, first.own, first.pins)
+    later = open_writes(lib.jan, lib.cut(".tmpjob", 1, MiB, 10 * MiB))
+    assert [w.reservation for w in later.writes] == [held.reservation]
+    assert later.writes[0].allowed == 9 * MiB  # what the job has left
+    grants = [e for e in lib.jan.log() if e.event == "grant"]
+    assert len(grants) == 1 and grants[0].bytes == 10 * MiB
+    (job,) = lib.jan.jobs()
+    assert job.folder == str(lib.tmp / ".tmpjob") and [w.pid for w in job.writers] == [os.getpid()]
+    # Its folder removed, the job is done and its working set released.
+    shutil.rmtree(lib.tmp / ".tmpjob")
+    lib.jan.reap()
+    assert lib.jan.jobs() == [] and lib.jan.reservations() == []
+
+
+def test_a_later_cut_of_a_job_put_at_risk_is_stopped_before_ffmpeg_runs(lib: Lib) -> None:
+    from janitor.errors import SpaceRisk
+    from janitor.jobs.writes import open_writes
+
+    first = open_writes(lib.jan, lib.cut(".tmpjob", 0, MiB, 8 * MiB))
+    hog = fill_file(lib.mount / "hog.bin", free_of(lib.mount) - 2 * MiB)  # below the floor
+    decision = lib.jan.assess_risk(lib.jan.reservations()[0].device)
+    assert decision is not None and first.writes[0].reservation in decision.at_risk
+    with pytest.raises(SpaceRisk):
+        open_writes(lib.jan, lib.cut(".tmpjob", 1, MiB, 8 * MiB))
+    hog.unlink()
+
+
+def test_a_working_set_that_could_never_fit_is_refused_at_once_with_the_numbers(lib: Lib) -> None:
+    from janitor.errors import NeverFits
+    from janitor.jobs.writes import open_writes
+
+    req = lib.cut(".tmpbig", 0, MiB, 40 * MiB)  # more than the 32 MiB volume can ever give
+    started = time.monotonic()
+    with pytest.raises(NeverFits) as caught:
+        open_writes(lib.jan, dataclasses.replace(req, wait_s=60))
+    assert time.monotonic() - started < 30  # not the 60 s wait
+    exc = caught.value
+    assert exc.requested == 40 * MiB and exc.capacity == 32 * MiB and exc.floor == 4 * MiB
+    assert exc.most < exc.requested and "never fit" in str(exc)
+    assert exc.as_dict()["error"] == "never_fits"
+    assert lib.jan.reservations() == []
+
+
+def test_a_job_folder_that_held_older_files_is_not_removed_at_once(lib: Lib) -> None:
+    """A folder with another job's old files, written into by a writer that then died: its
+    files are not the guard's to judge at once; orphan_age decides."""
+    folder = lib.tmp / ".tmptheirs"
+    old = fill_file(folder / "fa_v2" / "audio" / "theirs.pcm", 4096)
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        from janitor.jobs.writes import open_writes
+
+        req = dataclasses.replace(lib.cut(".tmptheirs", 0, MiB, 2 * MiB), writer_pid=child.pid)
+        open_writes(lib.jan, req)
+    finally:
+        child.kill()
+        child.wait()
+    lib.jan.reap()
+    (job,) = lib.jan.jobs()
+    assert job.state == "orphan" and job.foreign
+    assert lib.jan.remove_orphans() == []
+    result = lib.jan.sweep()
+    assert old.exists() and not [o for o in result.report.outcomes if o.deleted]
+
+
+def test_a_jobs_working_set_cannot_be_renewed_and_shows_no_ttl(lib: Lib, run_cli: Cli) -> None:
+    from janitor.jobs.writes import open_writes
+
+    session = open_writes(lib.jan, lib.cut(".tmpjob", 0, MiB, 4 * MiB))
+    rid = session.writes[0].reservation
+    done = run_cli("renew", rid, "--ttl", "1h")
+    assert done.returncode == 2 and "ends with its job" in done.stderr, done.stderr
+    status = json.loads(run_cli("status", "--json").stdout)
+    (r,) = [x for x in status["reservations"] if x["id"] == rid]
+    assert r["expires"] is None and r["job_id"] == session.jobs[0]
+    shown = run_cli("status")
+    assert shown.returncode == 0 and "with its job" in shown.stdout, shown.stdout

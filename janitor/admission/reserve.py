@@ -724,6 +724,11 @@ def renew_reservation(tx: Tx, rid: str, ttl: float, *, now: float | None = None)
     reap(tx, now)
     info = get_reservation(tx, rid)
     _require_live(info, "renew")
+    if info.job_id is not None:
+        raise ConfigError(
+            f"reservation {rid} is the working set of job {info.job_id}: it has no TTL and "
+            "ends with its job (its folder removed, or its writer gone); nothing to renew"
+        )
     tx.reservations.set_expires(rid, now + ttl)
     tx.log.add("renew", tree=info.tree, device=info.device, reservation=rid, ts=now, ttl=ttl)
     return replace(info, expires=now + ttl)

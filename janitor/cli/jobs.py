@@ -143,7 +143,7 @@ def run_(
             )
     result = run_command(jan, command, clean=not keep)
     line = (
-        f"run {result.run_id}: {result.grants} guarded writes reserved "
+        f"run {result.run_id}: {result.grants} reservations of its guarded writes held "
         f"{format_size(result.reserved)}, wrote {format_size(result.written)}"
     )
     if result.refusals:

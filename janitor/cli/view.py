@@ -146,7 +146,7 @@ def render_status(
                 format_size(r.bytes),
                 format_size(r.outstanding),
                 str(r.owner_pid),
-                format_duration(max(0.0, r.expires - now)),
+                "with its job" if r.job_id else format_duration(max(0.0, r.expires - now)),
                 r.path or "-",
                 style="red" if r.at_risk else None,
             )

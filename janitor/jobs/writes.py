@@ -251,10 +251,11 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
         folder = None if recorded is None else job_folder(jan.policy, tree, recorded)
         targets.append(_Target(w, tree, recorded, folder))
     folders = {t.folder.folder: t.folder for t in targets if t.folder is not None}
-    if folders and req.writer_pid:
+    if folders and req.writer_pid and req.writer_pid > 1:
         chosen = choose_writer(req.writer_pid)
-        writer = Writer(chosen.pid, chosen.start if chosen.start is not None else -1.0)
-    else:
+        # A writer gone already gets a start time no process has: its job is an orphan.
+        writer = Writer(chosen.pid, chosen.start if chosen.start is not None else 0.0)
+    else:  # no parent left (init adopted the guard), or a client that is the writer itself
         writer = Writer(req.owner_pid, process_start(req.owner_pid))
     inputs = _cached_inputs(jan, req.inputs)
     guard_start = process_start(req.owner_pid)
