@@ -622,6 +622,12 @@ def m4a(tmp_path_factory: pytest.TempPathFactory) -> Callable[[float], Path]:
     return make
 
 
+def sim_command(cache: Path, tmp: Path, *args: str | os.PathLike[str]) -> list[str]:
+    """The pipeline simulator's command line, for a media cache and a job temp folder."""
+    return [sys.executable, str(SIM), "--cache", str(cache), "--tmpdir", str(tmp),
+            *map(os.fspath, args)]  # fmt: skip
+
+
 @dataclass
 class Pipeline:
     """A tmpfs with batchalign3's two trees on it, and the policy naming them."""
@@ -633,15 +639,7 @@ class Pipeline:
 
     def sim(self, *args: str | os.PathLike[str]) -> list[str]:
         """The simulator's command line for this volume's cache and temp folder."""
-        return [
-            sys.executable,
-            str(SIM),
-            "--cache",
-            str(self.cache),
-            "--tmpdir",
-            str(self.tmp),
-            *(os.fspath(a) for a in args),
-        ]
+        return sim_command(self.cache, self.tmp, *args)
 
     def job_folders(self) -> list[Path]:
         return sorted(self.tmp.glob(".tmp*"))

@@ -115,7 +115,9 @@ def test_a_job_that_fits_has_every_write_reserved_at_its_size(
     assert list(sets) == [audio], sets
     exact = (wav["bytes"] - 78) * 2  # 16-bit samples after the WAV's 78-byte header
     assert 0 <= sets[audio]["bytes"] - exact <= 4, (sets[audio], wav)
-    assert "run " in done.stderr and "3 reservations of its guarded writes held" in done.stderr, done.stderr
+    assert "run " in done.stderr and "3 reservations of its guarded writes held" in done.stderr, (
+        done.stderr
+    )
     assert len(list(p.cache.glob("*.wav"))) == 1  # the conversion stayed, renamed into place
     assert p.job_folders() == []  # the job removed its folder itself
 

@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from ._daemon_helpers import DaemonSetup, daemon_setup, eventually, running_daemon
-from .conftest import JANITOR_BIN, PCM_RATE, SIM, MiB, Pipeline, fill_file, free_of
+from .conftest import JANITOR_BIN, PCM_RATE, MiB, Pipeline, fill_file, free_of, sim_command
 from .test_guard import log_of, report_of
 
 pytestmark = pytest.mark.skipif(
@@ -65,15 +65,7 @@ class Site:
         return env
 
     def sim(self, *args: str | os.PathLike[str]) -> list[str]:
-        return [
-            sys.executable,
-            str(SIM),
-            "--cache",
-            str(self.cache),
-            "--tmpdir",
-            str(self.tmp),
-            *map(os.fspath, args),
-        ]
+        return sim_command(self.cache, self.tmp, *args)
 
     def start(self, *args: str | os.PathLike[str], **env: str | None) -> subprocess.Popen[str]:
         """The simulator in the background, ffmpeg resolved through the guard."""

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from janitor.admission.reserve import live_reservations, owner_alive, owners_alive
+from janitor.admission.reserve import end_logged, live_reservations, owner_alive, owners_alive
 from janitor.host.space import allocated_size
 from janitor.ledger.jobs import JobInfo, SourceInfo, Writer, new_job_id
 
@@ -119,17 +119,7 @@ def end_job(tx: Tx, job: JobInfo, state: str, why: str, now: float) -> JobEnd:
     tx.jobs.set_state(job.id, state, now)
     ending = "released" if state == "done" else "dead"
     for info in tx.reservations.of_job(job.id):
-        tx.reservations.end(info.id, ending, now)
-        tx.log.add(
-            "release" if ending == "released" else "dead",
-            tree=info.tree,
-            device=info.device,
-            reservation=info.id,
-            nbytes=info.bytes,
-            path=info.path,
-            ts=now,
-            why=why,
-        )
+        end_logged(tx, info, ending, now, why=why)
     pins = [s.pin for s in job.sources if s.pin]
     if pins:
         tx.pins.end_ids(pins, "released" if state == "done" else "dead", now=now)

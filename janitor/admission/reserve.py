@@ -40,6 +40,7 @@ __all__ = [
     "admit",
     "assess_risk",
     "cover_reservation",
+    "end_logged",
     "end_reservation",
     "grow_reservation",
     "live_reservations",
@@ -274,22 +275,29 @@ def _reap_and_sum(tx: Tx, now: float, device: int | None) -> tuple[list[Reservat
     for rid, state in ending:
         info = tx.reservations.get(rid, measure=False)
         assert info is not None  # read in this very transaction
-        tx.reservations.end(info.id, state, now)
-        detail: dict[str, Any] = {"owner_pid": info.owner_pid}
         if state == "released":
-            detail["why"] = "job folder removed"
-        tx.log.add(
-            "release" if state == "released" else state,
-            tree=info.tree,
-            device=info.device,
-            reservation=info.id,
-            nbytes=info.bytes,
-            path=info.path,
-            ts=now,
-            **detail,
-        )
-        ended.append(replace(info, state=state, ended=now))
+            ended.append(end_logged(tx, info, state, now, why="job folder removed"))
+        else:
+            ended.append(end_logged(tx, info, state, now, owner_pid=info.owner_pid))
     return ended, reserved
+
+
+def end_logged(
+    tx: Tx, info: ReservationInfo, state: str, now: float, **detail: Any
+) -> ReservationInfo:
+    """End a live reservation as ``state`` (released, expired, dead) with its log line."""
+    tx.reservations.end(info.id, state, now)
+    tx.log.add(
+        "release" if state == "released" else state,
+        tree=info.tree,
+        device=info.device,
+        reservation=info.id,
+        nbytes=info.bytes,
+        path=info.path,
+        ts=now,
+        **detail,
+    )
+    return replace(info, state=state, ended=now)
 
 
 def owner_alive(pid: int, start: float | None) -> bool:
