@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from janitor.admission.reserve import Admission
     from janitor.config.policy import TreePolicy
     from janitor.core import Janitor
-    from janitor.ledger.jobs import JobInfo, Writer
+    from janitor.ledger.jobs import JobInfo, Waiter, Writer
     from janitor.ledger.tx import Tx
 
 __all__ = [
@@ -567,12 +567,14 @@ def _queue(
         )  # fmt: skip
     req = prep.request
     what = refused.output or "?"
-    waiter = jan.ledger.call(
-        lambda tx: tx.waiters.add(
+    def enqueue(tx: Tx) -> Waiter:
+        tx.waiters.remove_of(req.owner_pid)  # a place it lost track of must not wait ahead of it
+        return tx.waiters.add(
             vol.device, need, owner_pid=req.owner_pid, owner_start=_start(req.owner_pid),
             since=time.time(), what=what,
-        )
-    )  # fmt: skip
+        )  # fmt: skip
+
+    waiter = jan.ledger.call(enqueue)
     with jan.ledger.read() as tx:
         ahead = [w for w in tx.waiters.on(vol.device) if w.since < waiter.since]
         jobs = [r for r in _live_on(tx, vol.device) if r.job_id is not None]

@@ -316,6 +316,12 @@ class Waiters:
         ).fetchall()
         return [Waiter(*r) for r in rows]
 
+    def remove_of(self, owner_pid: int) -> None:
+        """Take every place of process ``owner_pid`` off the queues (a process waits for one call
+        at a time: a place it holds still is one it lost track of, e.g. across a daemon's
+        restart)."""
+        self._conn.execute("DELETE FROM waiters WHERE owner_pid = ?", (owner_pid,))
+
     def remove(self, waiter_id: str) -> None:
         """Take a waiter off its queue (admitted, refused, given up, or its owner died)."""
         self._conn.execute("DELETE FROM waiters WHERE id = ?", (waiter_id,))
