@@ -579,6 +579,7 @@ def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
             target="0",
             verdict=verdict(not by["input"]),
         ),
+        Row("  cached WAVs gone between lookup and first cut", str(len(by["lookup"]))),
         Row(
             "admitted writes that met ENOSPC",
             str(len(by["enospc"])),
