@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from janitor.admission.jobs import JobEnd, reap_jobs
+from janitor.admission.jobs import JobEnd, folder_is, reap_jobs, reap_waiters
 from janitor.admission.reserve import (
     Admission,
     RiskDecision,
@@ -50,6 +50,7 @@ from janitor.status import Status, collect_status
 
 if TYPE_CHECKING:
     from janitor.cleanup.sweep import EmergencyResult, SweepResult
+    from janitor.ledger.tx import Tx
 
 __all__ = ["Janitor", "Reaped", "SpaceSignal"]
 
@@ -452,9 +453,12 @@ class Janitor:
         passed, and the jobs whose folder is gone or whose every writer died (those become
         orphans, to remove at once)."""
         at = time.time() if now is None else now
-        ended: Reaped = self.ledger.call(
-            lambda tx: Reaped(reap(tx, at), tx.pins.reap(at), reap_jobs(tx, at))
-        )
+
+        def write(tx: Tx) -> Reaped:
+            reap_waiters(tx)
+            return Reaped(reap(tx, at), tx.pins.reap(at), reap_jobs(tx, at))
+
+        ended: Reaped = self.ledger.call(write)
         if ended.reservations or ended.jobs:
             self.space.notify()
         return ended
@@ -473,6 +477,8 @@ class Janitor:
         for job in self.jobs():
             if job.state != "orphan" or job.foreign or job.tree not in self.policy.trees:
                 continue
+            if not folder_is(job):
+                continue  # gone, or another folder of that name now: the next reap ends it
             report = remove_units(
                 self.policy,
                 self.ledger,
@@ -481,6 +487,10 @@ class Janitor:
                 [os.path.basename(job.folder)],
                 dry_run=dry_run,
             )
+            if not report.outcomes and not dry_run and folder_is(job):
+                # Not a unit of its tree any more (its scope folder went): its tree's own
+                # rules judge it from now on, rather than a retry at every reap.
+                self.ledger.call(lambda tx, j=job.id: tx.jobs.set_foreign(j))
             if any(o.deleted for o in report.outcomes) or (dry_run and report.outcomes):
                 removed.append(job)
         if removed and not dry_run:

@@ -602,3 +602,109 @@ def test_a_jobs_working_set_cannot_be_renewed_and_shows_no_ttl(lib: Lib, run_cli
     assert r["expires"] is None and r["job_id"] == session.jobs[0]
     shown = run_cli("status")
     assert shown.returncode == 0 and "with its job" in shown.stdout, shown.stdout
+
+
+def _sleeper() -> subprocess.Popen[bytes]:
+    """A process to stand for a writer (the server that runs ffmpeg)."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def test_a_job_lives_while_any_of_its_writers_runs(lib: Lib) -> None:
+    """Two writers: the first, which made the first cut (and owns its working set and the pin),
+    dies; the job lives on with the second, keeps its working set (later cuts still draw on
+    it, with no new admission) and what it reads."""
+    from janitor.jobs.writes import open_writes
+
+    w1, w2 = _sleeper(), _sleeper()
+    try:
+        first = open_writes(
+            lib.jan, dataclasses.replace(lib.cut(".tmpjob", 0, MiB, 8 * MiB), writer_pid=w1.pid)
+        )
+        open_writes(
+            lib.jan, dataclasses.replace(lib.cut(".tmpjob", 1, MiB, 8 * MiB), writer_pid=w2.pid)
+        )
+        w1.kill()
+        w1.wait()
+        lib.jan.reap()
+        (job,) = lib.jan.jobs()
+        assert job.state == "live"
+        pool = first.writes[0].reservation
+        assert [r.id for r in lib.jan.reservations()] == [pool]
+        later = open_writes(
+            lib.jan, dataclasses.replace(lib.cut(".tmpjob", 2, MiB, 8 * MiB), writer_pid=w2.pid)
+        )
+        assert later.writes[0].reservation == pool
+        assert [e.event for e in lib.jan.log()].count("grant") == 1
+    finally:
+        for w in (w1, w2):
+            w.kill()
+            w.wait()
+    lib.jan.reap()
+    assert lib.jan.jobs()[0].state == "orphan" and lib.jan.reservations() == []
+
+
+def test_pid_1_is_a_writer_like_any_other(lib: Lib) -> None:
+    """A server that is a container's entrypoint runs ffmpeg as PID 1: its jobs live while it
+    does (before, the guard itself was taken for the writer, and the job's folder went at the
+    next reap, mid-job)."""
+    from janitor.jobs.writes import open_writes
+
+    guard = _sleeper()  # the guard: it exits after the call
+    try:
+        req = dataclasses.replace(
+            lib.cut(".tmpjob", 0, MiB, 4 * MiB), writer_pid=1, owner_pid=guard.pid
+        )
+        open_writes(lib.jan, req)
+    finally:
+        guard.kill()
+        guard.wait()
+    lib.jan.reap()
+    assert [j.state for j in lib.jan.jobs()] == ["live"]
+    assert lib.jan.remove_orphans() == [] and (lib.tmp / ".tmpjob").exists()
+
+
+def test_a_write_into_a_folder_without_a_pipeline_scope_is_no_job(lib: Lib) -> None:
+    """``.tmp*`` folders of other programs (no fa_v2, asr_v2 ...) are not the pipeline's jobs."""
+    from janitor.jobs.writes import CallRequest, PlannedWrite, open_writes
+
+    out = lib.tmp / ".tmpRUSTC" / "out.pcm"
+    out.parent.mkdir()
+    req = CallRequest(
+        (PlannedWrite(str(out), MiB, str(lib.src), 4 * MiB),), (), os.getpid(), os.getpid()
+    )
+    session = open_writes(lib.jan, req)
+    assert lib.jan.jobs() == [] and not session.writes[0].pooled
+    assert session.writes[0].allowed == MiB  # reserved for the call alone
+
+
+def test_a_queued_call_keeps_its_input_pinned_while_it_waits_and_after(
+    tmpfs: Callable[..., Path], write_policy: Callable[..., Path], holder: Callable[..., Any]
+) -> None:
+    """A conversion (not a job) whose input lies in a cache tree waits its turn: its pin on the
+    input holds through every retry and after it is admitted."""
+    import threading
+
+    from janitor import Janitor
+    from janitor.jobs.writes import CallRequest, PlannedWrite, Queued, grant, prepare, wait
+
+    mount = tmpfs("32m")
+    cache = mount / "cache"
+    src = fill_file(cache / "in.wav", MiB)
+    policy = write_policy({"c": {"role": "cache", "path": str(cache), "quota": "30MiB"}})
+    jan = Janitor.from_settings(policy=policy)
+    held = holder(policy, "c", 20 * MiB)  # 32 - 4 (floor) - 1 (in.wav) - 20 leaves ~7 MiB
+    out = cache / "out.wav"
+    req = CallRequest(
+        (PlannedWrite(str(out), 10 * MiB),), (str(src),), os.getpid(), os.getpid(), wait_s=30
+    )
+    prep = prepare(jan, req)
+    with pytest.raises(Queued) as q:
+        grant(jan, prep)
+    # A prepare again (a guard falling back after its daemon went away) is still a first write.
+    assert prepare(jan, req).first
+    threading.Timer(2.5, held.release).start()
+    session = wait(jan, prep, q.value.ticket)
+    assert session.waited_s > 2
+    live = {p.id for p in jan.pins()}
+    assert session.pins and set(session.pins) <= live
+    jan.ledger.close()

@@ -44,9 +44,11 @@ __all__ = [
     "JobFolder",
     "capacity",
     "end_job",
+    "folder_is",
     "job_folder",
     "queued_ahead",
     "reap_jobs",
+    "reap_waiters",
     "record_job",
     "set_source",
     "writer_alive",
@@ -65,8 +67,10 @@ class JobFolder:
 
 
 def job_folder(policy: Policy, tree: str, path: str) -> JobFolder | None:
-    """The job folder that ``path`` (inside tree ``tree``, as recorded) lies in: a folder right
-    under a scratch tree's root that matches its ``unit_glob``; None for any other write.
+    """The job folder that ``path`` (inside tree ``tree``, as recorded) lies in: a unit of a
+    scratch tree, i.e. a folder right under its root that matches its ``unit_glob`` and holds
+    an entry matching one of its ``unit_requires`` (batchalign3's scopes: another program's
+    ``.tmp*`` folder is no job of ours); None for any other write.
 
     The folder must be a real folder (not a symlink) holding the path, not the path itself.
     """
@@ -82,9 +86,14 @@ def job_folder(policy: Policy, tree: str, path: str) -> JobFolder | None:
     folder = os.path.join(root, head)
     try:
         st = os.lstat(folder)
+        names = os.listdir(folder) if tp.unit_requires else []
     except OSError:
         return None
     if not stat.S_ISDIR(st.st_mode):
+        return None
+    if tp.unit_requires and not any(
+        fnmatch.fnmatchcase(n, pat) for n in names for pat in tp.unit_requires
+    ):
         return None
     return JobFolder(tree, folder, st.st_dev, st.st_ino)
 
@@ -94,7 +103,7 @@ def writer_alive(writer: Writer) -> bool:
     return owner_alive(writer.pid, writer.start)
 
 
-def _folder_is(job: JobInfo) -> bool:
+def folder_is(job: JobInfo) -> bool:
     """True while the job's folder is still the one it was recorded with."""
     try:
         st = os.lstat(job.folder)
@@ -136,7 +145,7 @@ def reap_jobs(tx: Tx, now: float | None = None) -> list[JobEnd]:
     now = time.time() if now is None else now
     ended: list[JobEnd] = []
     for job in tx.jobs.active():
-        if not _folder_is(job):
+        if not folder_is(job):
             state = "done" if job.state == "live" else "removed"
             ended.append(end_job(tx, job, state, "folder removed", now))
         elif job.state == "live" and not any(writer_alive(w) for w in job.writers):
@@ -183,13 +192,13 @@ def _holds_older_files(folder: str, before: float) -> bool:
     for top, dirs, files in os.walk(folder):
         for name in files:
             seen += 1
+            if seen > 10_000:
+                return True  # not a new job's folder
             try:
                 if os.lstat(os.path.join(top, name)).st_mtime < before:
                     return True
             except OSError:
                 continue
-        if seen > 10_000:
-            return True  # not a new job's folder
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
     return False
 
@@ -214,6 +223,14 @@ def queued_ahead(tx: Tx, device: int, me: str | None) -> int:
             continue
         total += w.bytes
     return total
+
+
+def reap_waiters(tx: Tx) -> int:
+    """Take off the queues the places of processes that died while waiting; how many."""
+    gone = [w.id for w in tx.waiters.all() if not owner_alive(w.owner_pid, w.owner_start)]
+    for waiter_id in gone:
+        tx.waiters.remove(waiter_id)
+    return len(gone)
 
 
 @dataclass(frozen=True, slots=True)

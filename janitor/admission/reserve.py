@@ -252,8 +252,23 @@ def _reap_and_sum(tx: Tx, now: float, device: int | None) -> tuple[list[Reservat
         if expires <= now:
             ending.append((rid, "expired"))
             continue
-        if job_id is not None and not os.path.lexists(py_path(path)):
-            ending.append((rid, "released"))  # its job folder is gone: the job is done
+        if job_id is not None:
+            # A job's working set lives while its folder is there and any of its writers runs.
+            if not os.path.lexists(py_path(path)):
+                ending.append((rid, "released"))  # its job folder is gone: the job is done
+                continue
+            runs = False
+            for w in tx.jobs.writers(job_id):
+                key = (w.pid, w.start)
+                if key not in alive:
+                    alive[key] = _owners.alive(w.pid, w.start)
+                if alive[key]:
+                    runs = True
+                    break
+            if not runs:
+                ending.append((rid, "dead"))
+            elif dev == device:
+                reserved += outstanding(nbytes, py_path(path))
             continue
         owner = (pid, start)
         ok = alive.get(owner)
@@ -330,10 +345,14 @@ def live_reservations(
     for info in tx.reservations.live(device):
         if info.expires <= now:
             continue
-        if check_owners and not owners_alive(info):
+        if info.job_id is not None:
+            if info.path is not None and not os.path.lexists(info.path):
+                continue  # its job folder is gone: admission ends it next
+            writers = tx.jobs.writers(info.job_id)
+            if check_owners and not any(_owners.alive(w.pid, w.start) for w in writers):
+                continue  # every writer of its job died
+        elif check_owners and not owners_alive(info):
             continue
-        if info.job_id is not None and info.path is not None and not os.path.lexists(info.path):
-            continue  # its job folder is gone: admission ends it next
         out.append(replace(info, outstanding=outstanding(info.bytes, info.path)))
     return out
 

@@ -174,15 +174,23 @@ def _protection(
         jobs = tx.jobs.active()
     live: set[str] = set()
     orphans: set[str] = set()
+    sources: set[str] = set()
     for job in jobs:
         if job.state == "live" and any(writer_alive(w) for w in job.writers):
             live.add(job.folder)
+            # What a live job reads stays for the job's life, whichever writer pinned it.
+            sources.update(s.source for s in job.sources if s.pin)
         elif _still(job) and not job.foreign:
             orphans.add(job.folder)
     if opened is None:
         opened = open_inodes(devices)
     return Protection(
-        pins, reserved, _held_locks(scanned), opened, frozenset(live), frozenset(orphans)
+        pins | sources,
+        reserved,
+        _held_locks(scanned),
+        opened,
+        frozenset(live),
+        frozenset(orphans),
     )
 
 

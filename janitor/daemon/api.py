@@ -23,6 +23,7 @@ import json
 import os
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
@@ -363,8 +364,8 @@ class _Calls:
 
     def __init__(self, daemon: DaemonView) -> None:
         self.daemon = daemon
-        #: Queued calls by ticket, between their 202 answer and their wait.
-        self._queued: dict[str, Any] = {}
+        #: Queued calls by ticket, between their 202 answer and their wait (and since when).
+        self._queued: dict[str, tuple[Any, float]] = {}
         self._queued_lock = threading.Lock()
 
     def reserve(self, req: ReserveRequest) -> bytes:
@@ -414,7 +415,12 @@ class _Calls:
             session = grant(jan, prep)
         except Queued as q:
             with self._queued_lock:
-                self._queued[q.ticket] = prep
+                # A guard that never came back for its place (killed between the two calls)
+                # leaves its entry: those older than any wait could last are dropped.
+                stale = time.monotonic() - 86400
+                for ticket in [t for t, (_, at) in self._queued.items() if at < stale]:
+                    del self._queued[ticket]
+                self._queued[q.ticket] = (prep, time.monotonic())
             return 202, _dumps({"ticket": q.ticket, "message": q.message})
         except ReservationRefused as exc:
             return 507, _dumps(exc.as_dict())
@@ -427,7 +433,8 @@ class _Calls:
         from janitor.jobs.writes import wait
 
         with self._queued_lock:
-            prep = self._queued.pop(req.ticket, None)
+            entry = self._queued.pop(req.ticket, None)
+        prep = None if entry is None else entry[0]
         if prep is None:
             return 404, _dumps(
                 {"error": "not_found", "message": f"no queued call {req.ticket!r} here"}

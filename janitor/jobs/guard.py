@@ -388,9 +388,12 @@ class _DaemonHold(_Hold):
             # Queued: say so once, then wait in turn (the daemon answers when admitted).
             _say(body.get("message", "waiting for room"))
             _log(log_dir, f"waiting: {body.get('message', '')}")
+            # The daemon answers when the call is admitted or its wait runs out.
+            daemon.sock.settimeout(float(request.get("wait_s") or 0) + 60.0)
             status, body = daemon.call(
                 "POST", "/v1/guard/wait", {"ticket": body["ticket"], "owner_pid": os.getpid()}
             )
+            daemon.sock.settimeout(daemon.timeout)
         if status == 507 and isinstance(body, dict) and body.get("error") == "at_risk":
             raise Stopped(body.get("message", "its job is at risk"))
         if status == 507 and isinstance(body, dict) and body.get("error") in _REFUSALS:
@@ -723,8 +726,7 @@ def _hold(request: dict[str, Any], socket_path: str | None, log_dir: str | None)
     path = os.path.join(runtime, "janitor.sock") if runtime else socket_path
     if path:
         try:
-            # A queued call waits in the daemon for up to wait_s: the socket waits a bit longer.
-            daemon = _Daemon(path, timeout=float(request.get("wait_s") or 0) + 120.0)
+            daemon = _Daemon(path)
         except OSError:
             daemon = None
         if daemon is not None:

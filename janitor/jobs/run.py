@@ -433,7 +433,7 @@ def _own_folders(
 
     A folder is the run's own when the run's guard recorded its job, it did not exist when the
     run started, and every writer it recorded is dead, wherever that writer was re-parented."""
-    from janitor.admission.jobs import writer_alive
+    from janitor.admission.jobs import folder_is, writer_alive
     from janitor.cleanup.sweep import remove_units
 
     with jan.ledger.read() as tx:
@@ -456,7 +456,7 @@ def _own_folders(
             ))  # fmt: skip
         elif not clean:
             kept.append((job.folder, "--keep"))
-        elif job.tree in jan.policy.trees:
+        elif job.tree in jan.policy.trees and folder_is(job):
             report = remove_units(
                 jan.policy, jan.ledger, jan.settings.state_dir, job.tree,
                 [os.path.basename(job.folder)],

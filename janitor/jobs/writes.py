@@ -251,11 +251,14 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
         folder = None if recorded is None else job_folder(jan.policy, tree, recorded)
         targets.append(_Target(w, tree, recorded, folder))
     folders = {t.folder.folder: t.folder for t in targets if t.folder is not None}
-    if folders and req.writer_pid and req.writer_pid > 1:
+    if folders and req.writer_pid:
+        # The guard's parent, PID 1 included (a server that is a container's entrypoint); a
+        # guard whose parent died was adopted by init or a subreaper, which then counts as the
+        # writer: its job is kept (orphan_age decides), never removed from under a live one.
         chosen = choose_writer(req.writer_pid)
         # A writer gone already gets a start time no process has: its job is an orphan.
         writer = Writer(chosen.pid, chosen.start if chosen.start is not None else 0.0)
-    else:  # no parent left (init adopted the guard), or a client that is the writer itself
+    else:  # a client that is the writer itself (the HTTP API without writer_pid)
         writer = Writer(req.owner_pid, process_start(req.owner_pid))
     inputs = _cached_inputs(jan, req.inputs)
     guard_start = process_start(req.owner_pid)
@@ -266,7 +269,7 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
         first = True
         for path, where in folders.items():
             existing = tx.jobs.active_at(path)
-            if existing is not None and existing.ino == where.ino and existing.sources:
+            if existing is not None and existing.ino == where.ino and existing.wrote:
                 first = False  # the job wrote already: compute is spent, it never waits
             jobs[path] = record_job(tx, where, writer, run=req.run, now=now)
         if inputs:
@@ -360,6 +363,8 @@ def grant(jan: Janitor, prep: Prepared, *, ticket: str | None = None) -> WriteSe
             session: WriteSession = jan.ledger.call(_grant, jan, prep, ticket, evicted)
         except _Short as exc:
             short = exc
+            if ticket is not None:
+                break  # a waiter's retry: room is made, and the refusal logged, by wait()
             _log_refusal(jan, prep, short)
             if attempt == 0:
                 evicted = jan.make_room(short.decision.tree, short.decision.requested)
@@ -369,7 +374,9 @@ def grant(jan: Janitor, prep: Prepared, *, ticket: str | None = None) -> WriteSe
         else:
             return session
     refused = short.decision.refusal(short.output)
-    if prep.first and prep.request.wait_s > 0 and ticket is None:
+    if ticket is not None:
+        raise refused  # still waiting: what the call holds stays
+    if prep.first and prep.request.wait_s > 0:
         raise _queue(jan, prep, refused, short.needs)
     _give_back(jan, prep)
     raise refused
@@ -404,8 +411,8 @@ def _grant(tx: Tx, jan: Janitor, prep: Prepared, ticket: str | None, evicted: in
         )  # fmt: skip
         if info is None:
             raise _Short(decision, w.path, needs)
-        if t.folder is not None and w.source is not None:
-            _note_source(tx, prep.jobs[t.folder.folder], w.source, None, 0)
+        if t.folder is not None and w.source is not None and t.recorded is not None:
+            _note_source(tx, prep.jobs[t.folder.folder], w.source, os.path.dirname(t.recorded), 0)
         held.append(HeldWrite(info.id, w.path, w.bytes, decision.floor))
     return WriteSession(
         tuple(held),
@@ -500,8 +507,8 @@ def _note_source(tx: Tx, job_id: str, source: str, out_dir: str | None, working_
     assert job is not None
     known = job.source(source)
     pin = None if known is None else known.pin
-    if out_dir is None and known is not None:
-        out_dir, working_set = known.output_dir, known.working_set
+    if not working_set and known is not None and known.working_set:
+        out_dir, working_set = known.output_dir, known.working_set  # a cut's record stays
     tx.jobs.set_source(job_id, SourceInfo(source, out_dir, working_set, pin))
 
 
@@ -567,6 +574,7 @@ def _queue(
         )  # fmt: skip
     req = prep.request
     what = refused.output or "?"
+
     def enqueue(tx: Tx) -> Waiter:
         tx.waiters.remove_of(req.owner_pid)  # a place it lost track of must not wait ahead of it
         return tx.waiters.add(
@@ -577,12 +585,13 @@ def _queue(
     waiter = jan.ledger.call(enqueue)
     with jan.ledger.read() as tx:
         ahead = [w for w in tx.waiters.on(vol.device) if w.since < waiter.since]
-        jobs = [r for r in _live_on(tx, vol.device) if r.job_id is not None]
+        held = len(_live_on(tx, vol.device))
     message = (
         f"waiting for {format_size(need)} on volume {refused.volume} to write {what}: "
         f"{format_size(max(0, refused.free - refused.floor - refused.reserved))} free above the "
-        f"floor, {format_size(refused.reserved)} held by {len(jobs)} running job"
-        f"{'' if len(jobs) == 1 else 's'}"
+        f"floor, {format_size(refused.reserved)} held by {held} running job"
+        f"{'' if held == 1 else 's'} and write"
+        f"{'' if held == 1 else 's'}"
         + (f", {len(ahead)} waiting ahead" if ahead else "")
         + f"; up to {req.wait_s:g} s (JANITOR_GUARD_WAIT_S=0 refuses at once)"
     )
@@ -619,7 +628,9 @@ def wait(
                 now = time.monotonic()
                 if now >= deadline or not still_wanted():
                     _give_back(jan, prep)
-                    raise _waited(exc, now - started) from None
+                    final = _waited(exc, now - started)
+                    jan.ledger.call(log_refuse_error, final, prep.request.job, time.time())
+                    raise final from None
                 if now - last_room >= ROOM_EVERY_S:
                     last_room = now
                     jan.make_room(exc.tree, exc.requested)
@@ -632,6 +643,15 @@ def wait(
     finally:
         jan.ledger.call(lambda tx: tx.waiters.remove(ticket))
         jan.space.notify()  # the next in line
+
+
+def log_refuse_error(tx: Tx, exc: ReservationRefused, job: str | None, ts: float) -> None:
+    """The log line of a refusal after a wait (one per wait, not one per poll)."""
+    tx.log.add(
+        "refuse", tree=exc.tree, nbytes=exc.requested, path=exc.output, ts=ts, free=exc.free,
+        floor=exc.floor, reserved=exc.reserved, job=job, queued=exc.queued,
+        waited_s=round(exc.waited_s, 3),
+    )  # fmt: skip
 
 
 def _waited(exc: ReservationRefused, seconds: float) -> ReservationRefused:

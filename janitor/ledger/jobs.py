@@ -66,6 +66,12 @@ class JobInfo:
     writers: tuple[Writer, ...] = ()
     sources: tuple[SourceInfo, ...] = ()
 
+    @property
+    def wrote(self) -> bool:
+        """True once a write of the job was granted (a source with the folder it went to; a
+        source only pinned so far has none)."""
+        return any(s.output_dir is not None for s in self.sources)
+
     def source(self, path: str) -> SourceInfo | None:
         """The record of input ``path``, if the job cuts or reads it."""
         for s in self.sources:
@@ -228,6 +234,17 @@ class Jobs:
             "UPDATE jobs SET state = ?, ended = coalesce(ended, ?) WHERE id = ?",
             (state, None if state == "live" else now, job_id),
         )
+
+    def writers(self, job_id: str) -> list[Writer]:
+        """The writers recorded for ``job_id``."""
+        rows = self._conn.execute(
+            "SELECT pid, start FROM job_writers WHERE job = ? ORDER BY added", (job_id,)
+        )
+        return [Writer(pid, start) for pid, start in rows]
+
+    def set_foreign(self, job_id: str) -> None:
+        """Mark a job's folder as not ours to remove at once (orphan_age decides)."""
+        self._conn.execute("UPDATE jobs SET foreign_files = 1 WHERE id = ?", (job_id,))
 
     def prune(self, cutoff: float, batch: int) -> int:
         """Drop up to ``batch`` jobs that ended (done, removed) before ``cutoff``, with their
