@@ -87,7 +87,7 @@ class Status:
             "waiting": [
                 {
                     "id": w.id,
-                    "volume": w.device,
+                    "device": w.device,
                     "bytes": w.bytes,
                     "since": w.since,
                     "path": w.what,
