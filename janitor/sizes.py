@@ -14,10 +14,20 @@ from fractions import Fraction
 from janitor.errors import ConfigError
 from janitor.humanize import format_duration, format_size
 
-__all__ = ["MAX_SIZE", "format_duration", "format_size", "parse_duration", "parse_size"]
+__all__ = [
+    "MAX_DURATION_S",
+    "MAX_SIZE",
+    "format_duration",
+    "format_size",
+    "parse_duration",
+    "parse_size",
+]
 
 #: The largest size the ledger can hold (SQLite INTEGER is 64-bit signed).
 MAX_SIZE = 2**63 - 1
+#: The longest duration taken anywhere (a TTL, an age, a wait): ten years. Past it a value is a
+#: typo or a wish for "never", and gives expiries no clock can show.
+MAX_DURATION_S = 10 * 365 * 86400
 
 _UNITS = {
     "": 1,
@@ -77,6 +87,11 @@ def parse_duration(text: str | float, *, what: str = "duration") -> float:
                     f"{what} {text!r} is not a duration; use e.g. 90s, 30m, 2h, 7d"
                 ) from None
             seconds = sum(float(v) * _DURATION_UNITS[u] for v, u in parts)
-    if seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
+    if seconds < 0 or math.isnan(seconds):
         raise ConfigError(f"{what} {text!r} must be a positive duration")
+    if seconds > MAX_DURATION_S:
+        raise ConfigError(
+            f"{what} {text!r} is too long (at most 10 years, {MAX_DURATION_S:.0f} s); "
+            "give a shorter one"
+        )
     return seconds

@@ -25,6 +25,7 @@ from pydantic_settings import (
 )
 
 from janitor.errors import ConfigError
+from janitor.sizes import MAX_DURATION_S
 
 __all__ = ["APP_NAME", "Settings", "default_config_path", "shipped_policy_path"]
 
@@ -92,35 +93,62 @@ class Settings(BaseSettings):
     runtime_dir: Path = Field(default_factory=_default_runtime_dir)
     log_dir: Path = Field(default_factory=_default_log_dir)
     default_ttl_s: float = Field(
-        default=3600.0, gt=0, description="TTL of a reservation made without one."
+        default=3600.0,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="TTL of a reservation made without one.",
     )
     lock_timeout_s: float = Field(
-        default=30.0, gt=0, description="How long a ledger write may wait for another writer."
+        default=30.0,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="How long a ledger write may wait for another writer.",
     )
     sample_interval_s: float = Field(
-        default=2.0, gt=0, description="Daemon: how often each volume's free space is sampled."
+        default=2.0,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="Daemon: how often each volume's free space is sampled.",
     )
     sample_interval_low_s: float = Field(
         default=0.25,
         gt=0,
+        le=MAX_DURATION_S,
         description="Daemon: how often free space is sampled while a volume is below free_low "
         "(an outside writer can cross the floor and reach zero within one normal interval).",
     )
-    sweep_interval_s: float = Field(default=300.0, gt=0, description="Daemon: full sweeps.")
+    sweep_interval_s: float = Field(
+        default=300.0, gt=0, le=MAX_DURATION_S, description="Daemon: full sweeps."
+    )
     reap_interval_s: float = Field(
-        default=10.0, gt=0, description="Daemon: ending reservations and pins of dead owners."
+        default=10.0,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="Daemon: ending reservations and pins of dead owners.",
     )
     debounce_s: float = Field(
-        default=0.5, ge=0, description="Daemon: quiet time after file events before a sweep."
+        default=0.5,
+        ge=0,
+        le=MAX_DURATION_S,
+        description="Daemon: quiet time after file events before a sweep.",
     )
     debounce_max_s: float = Field(
-        default=2.0, gt=0, description="Daemon: longest wait after the first file event."
+        default=2.0,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="Daemon: longest wait after the first file event.",
     )
     settle_s: float = Field(
-        default=10.0, ge=0, description="Daemon: a better level must hold this long to show."
+        default=10.0,
+        ge=0,
+        le=MAX_DURATION_S,
+        description="Daemon: a better level must hold this long to show.",
     )
     forecast_window_s: float = Field(
-        default=600.0, gt=0, description="Daemon: samples older than this are not fitted."
+        default=600.0,
+        gt=0,
+        le=MAX_DURATION_S,
+        description="Daemon: samples older than this are not fitted.",
     )
     guard_wait_s: float = Field(
         default=120.0,
