@@ -5,14 +5,17 @@ where the machine can make them (skipped with the reason otherwise)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ._daemon_helpers import daemon_setup, running_daemon
-from .conftest import one_line_error
+from .conftest import MiB, fill_file, one_line_error
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -74,3 +77,26 @@ def test_a_setting_past_ten_years_is_refused(
     assert done.returncode == 2
     line = one_line_error(done.stderr)
     assert "default_ttl_s" in line, line
+
+
+# -- a tree root that became a symlink -------------------------------------------------------------
+
+
+def test_a_tree_root_that_became_a_symlink_is_not_swept_and_says_so(
+    managed_volume: Callable[..., Any], run_cli: Cli, tmp_path: Path
+) -> None:
+    vol = managed_volume(quota="1MiB")
+    elsewhere = tmp_path / "elsewhere"
+    old = fill_file(elsewhere / "big.bin", 4 * MiB)  # over the quota, were it followed
+    os.utime(old, (time.time() - 86400, time.time() - 86400))
+    vol.tree.rmdir()
+    vol.tree.symlink_to(elsewhere)
+    done = run_cli("sweep", "--json")
+    assert done.returncode == 1, done.stderr
+    data = json.loads(done.stdout)
+    assert data["items"] == [] and old.exists()
+    (warning,) = [w for w in data["warnings"] if "symlink" in w]
+    assert str(vol.tree) in warning and str(elsewhere) in warning, warning
+    assert "warning:" in done.stderr and "was not swept" in done.stderr, done.stderr
+    doctor = run_cli("doctor")
+    assert "symlink" in doctor.stdout + doctor.stderr, doctor.stdout

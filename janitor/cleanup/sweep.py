@@ -44,10 +44,17 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class SweepResult:
-    """A sweep's plan and what applying it did (a dry run's report deletes nothing)."""
+    """A sweep's plan and what applying it did (a dry run's report deletes nothing), and the
+    trees it could not sweep, each with why (``unswept``: a root that is a symlink or a file)."""
 
     plan: Plan
     report: Report
+    unswept: tuple[str, ...] = ()
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What the sweep has to say: trees it could not sweep, then what the deleter saw."""
+        return self.unswept + self.report.warnings
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of `janitor sweep --json` and ``POST /v1/sweep``."""
@@ -97,7 +104,7 @@ class SweepResult:
                 }
                 for v in report.volumes
             ],
-            "warnings": list(report.warnings),
+            "warnings": list(self.warnings),
         }
 
 
@@ -292,7 +299,27 @@ def run_sweep(
                     )
                     plan = plan.merged(Plan(extra.items, ()))
         report = apply(plan, ledger=ledger, dry_run=dry_run, open_set=protection.open)
-    return SweepResult(plan, report)
+    return SweepResult(plan, report, tuple(_unswept(trees)))
+
+
+def _unswept(trees: Sequence[TreePolicy]) -> Iterator[str]:
+    """Why each tree whose root is there but is no folder of ours was not swept."""
+    for tree in trees:
+        root = str(tree.path)
+        if os.path.islink(root):
+            try:
+                target = os.readlink(root)
+            except OSError:
+                target = "?"
+            yield (
+                f"tree {tree.name!r} was not swept: its root {root} is a symlink (to {target}), "
+                "which the janitor never follows; point the policy at the real folder"
+            )
+        elif os.path.lexists(root) and not os.path.isdir(root):
+            yield (
+                f"tree {tree.name!r} was not swept: its root {root} is not a folder; fix the "
+                "tree's path in the policy"
+            )
 
 
 def make_room(

@@ -26,7 +26,8 @@ def sweep(
 ) -> None:
     """Evict what the policy says (quota, age, orphan, pressure) and report what was done.
 
-    Exit 1 when a cache stays above its low watermark because too little could be evicted.
+    Exit 1 when a cache stays above its low watermark because too little could be evicted, or
+    a tree could not be swept (its root is a symlink or a file).
     """
     from janitor.cli.progress import scan_progress
 
@@ -48,9 +49,9 @@ def sweep(
         out = Console()
         for part in render_sweep(data, time.time()):
             out.print(part)
-    for warning in result.report.warnings:
+    for warning in result.warnings:
         say(f"warning: {warning}")
-    if not all(t["reaches_target"] for t in data["trees"]):
+    if result.unswept or not all(t["reaches_target"] for t in data["trees"]):
         raise typer.Exit(EXIT_PROBLEM)
 
 

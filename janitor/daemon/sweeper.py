@@ -165,7 +165,7 @@ class Sweeper:
                 result.report.deleted_bytes,
                 result.report.reclaimed_bytes,
             )
-        for warning in result.report.warnings:
+        for warning in result.warnings:
             log.warning("%s", warning)
 
     def relieve(self, device: int) -> None:
