@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from ._daemon_helpers import daemon_setup, running_daemon
-from .conftest import MiB, fill_file, one_line_error
+from .conftest import JANITOR_BIN, MiB, fill_file, one_line_error
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -100,3 +101,97 @@ def test_a_tree_root_that_became_a_symlink_is_not_swept_and_says_so(
     assert "warning:" in done.stderr and "was not swept" in done.stderr, done.stderr
     doctor = run_cli("doctor")
     assert "symlink" in doctor.stdout + doctor.stderr, doctor.stdout
+
+
+# -- another user's state dir; sudo ------------------------------------------------------------
+
+NOBODY = 65534
+
+
+def _unprivileged(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``cmd`` as a user without root's rights over other users' files: this test's uid with
+    every capability dropped (setpriv), so the kernel checks permissions as for anyone."""
+    return subprocess.run(
+        ["setpriv", "--bounding-set=-all", "--inh-caps=-all", *cmd],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def others_state_dir(tmp_path: Path, run_cli: Cli) -> tuple[Path, Path]:
+    """A state dir with a ledger, given to another user (uid 65534, mode 0700); a policy."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv (util-linux) to make a second user's state dir")
+    tree = tmp_path / "t"
+    tree.mkdir()
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'[volume]\nfloor = "1MiB"\n[trees.t]\nrole = "cache"\npath = "{tree}"\n')
+    state = tmp_path / "theirs"
+    done = run_cli("reserve", "t", "1M", "--ttl", "1h", env={
+        "JANITOR_STATE_DIR": str(state), "JANITOR_POLICY": str(policy)})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for p in [state, *state.iterdir()]:
+        os.chown(p, NOBODY, NOBODY)
+    state.chmod(0o700)
+    return state, policy
+
+
+def _listing(folder: Path) -> list[tuple[str, int, int, int]]:
+    return sorted((p.name, p.stat().st_uid, p.stat().st_size, p.stat().st_mtime_ns)
+                  for p in folder.iterdir())  # fmt: skip
+
+
+@pytest.mark.parametrize("args", [["status"], ["log"], ["sweep"], ["sweep", "--dry-run"],
+                                  ["reserve", "t", "1M"], ["status", "--json"]])  # fmt: skip
+def test_another_users_state_dir_is_one_line_naming_it_and_its_owner(
+    args: list[str], others_state_dir: tuple[Path, Path]
+) -> None:
+    state, policy = others_state_dir
+    before = _listing(state)
+    env = dict(os.environ, JANITOR_STATE_DIR=str(state), JANITOR_POLICY=str(policy))
+    done = _unprivileged([str(JANITOR_BIN), *args], env)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    line = one_line_error(done.stderr)
+    assert str(state) in line and "uid 65534" in line and "JANITOR_STATE_DIR" in line, line
+    assert _listing(state) == before  # nothing changed there
+
+
+def test_sudo_janitor_is_refused_in_another_users_state_dir_and_creates_nothing(
+    others_state_dir: tuple[Path, Path], run_cli: Cli
+) -> None:
+    state, policy = others_state_dir
+    before = _listing(state)
+    for args in (["sweep", "--dry-run"], ["status"], ["reserve", "t", "1M"]):
+        done = run_cli(*args, env={"JANITOR_STATE_DIR": str(state), "JANITOR_POLICY": str(policy)})
+        assert done.returncode == 2, (args, done.stderr)
+        line = one_line_error(done.stderr)
+        assert "refusing to run as root" in line and "uid 65534" in line, line
+    assert _listing(state) == before  # no root-owned locks/ left behind
+
+
+def test_a_users_janitor_moves_aside_what_an_earlier_root_run_left(
+    tmp_path: Path, run_cli: Cli
+) -> None:
+    """The state dir is the user's, but a root run of an older janitor left ``locks/`` and the
+    ledger's lock file there, owned by another user: the user's janitor moves them aside,
+    says so once, and works. (The user: this test's uid without its rights; the leftovers
+    belong to another uid, as root's do to a user.)"""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv (util-linux) to give files to another user")
+    tree = tmp_path / "t"
+    fill_file(tree / "old.bin", MiB)
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'[volume]\nfloor = "1MiB"\n[trees.t]\nrole = "cache"\npath = "{tree}"\n')
+    state = tmp_path / "mine"
+    env = {"JANITOR_STATE_DIR": str(state), "JANITOR_POLICY": str(policy)}
+    assert run_cli("sweep", "--dry-run", **{"env": env}).returncode == 0
+    for p in [state / "locks", *(state / "locks").iterdir(), state / "ledger.sqlite3.lock"]:
+        os.chown(p, NOBODY, NOBODY)
+    (state / "locks").chmod(0o700)
+    full = dict(os.environ, **env)
+    done = _unprivileged([str(JANITOR_BIN), "sweep", "--dry-run"], full)
+    assert done.returncode == 0, done.stderr
+    assert "moved aside" in done.stderr and "uid 65534" in done.stderr, done.stderr
+    assert (state / "locks").stat().st_uid == os.geteuid()
+    again = _unprivileged([str(JANITOR_BIN), "sweep", "--dry-run"], full)
+    assert again.returncode == 0 and "moved aside" not in again.stderr, again.stderr

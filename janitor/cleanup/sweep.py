@@ -25,6 +25,7 @@ from janitor.cleanup.plan import Plan, Protection, Reason, plan_pressure, plan_t
 from janitor.cleanup.scan import Snapshot, display_path, scan
 from janitor.cleanup.units import UnitTable, group_units
 from janitor.config.policy import Policy, TreePolicy
+from janitor.config.state_dir import access_error
 from janitor.errors import LedgerError
 from janitor.host.inuse import lock_held, locked_inodes, open_inodes, prepare_leases
 from janitor.host.space import volume_stats
@@ -115,12 +116,14 @@ def tree_locks(state_dir: Path, names: Sequence[str], timeout: float = 600.0) ->
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
-        raise LedgerError(
-            f"cannot create {folder}: {exc.strerror}; check JANITOR_STATE_DIR"
-        ) from None
+        raise access_error(folder, exc, "create") from None
     with ExitStack() as stack:
         for name in sorted(set(names)):
-            fd = os.open(folder / f"tree-{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            lock = folder / f"tree-{name}.lock"
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise access_error(lock, exc, "open the tree lock") from None
             stack.callback(os.close, fd)
             deadline = time.monotonic() + timeout
             delay = 0.001

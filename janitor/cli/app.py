@@ -16,7 +16,7 @@ import typer
 
 from janitor.cli import cleanup, jobs, policy, reservations, service, status
 from janitor.cli.common import G, say
-from janitor.errors import JanitorError
+from janitor.errors import EXIT_BAD_INPUT, JanitorError
 
 __all__ = ["app", "main"]
 
@@ -129,6 +129,11 @@ def main(argv: list[str] | None = None) -> None:
     except JanitorError as exc:
         say(f"error: {exc}")
         sys.exit(exc.exit_code)
+    except PermissionError as exc:  # a file of the janitor's that it may not use: in our words
+        from janitor.config.state_dir import access_error
+
+        say(f"error: {access_error(exc.filename or '?', exc, 'use')}")
+        sys.exit(EXIT_BAD_INPUT)
     finally:
         while G.ledgers:
             G.ledgers.pop().close()

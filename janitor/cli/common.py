@@ -96,7 +96,9 @@ def open_janitor() -> Janitor:
     """The library over the root options' config and policy; its ledger closes at exit."""
     from janitor.core import Janitor
 
-    jan = Janitor.from_settings(config=G.config, policy=G.policy)
+    s = settings()
+    own_state_dir(s)
+    jan = Janitor.from_settings(s)
     G.ledgers.append(jan.ledger)
     return jan
 
@@ -105,9 +107,20 @@ def open_ledger(s: Settings) -> Ledger:
     """The ledger alone, for a command that needs no policy; it closes at exit."""
     from janitor.ledger.db import Ledger
 
+    own_state_dir(s)
     ledger = Ledger(s.ledger_path, lock_timeout=s.lock_timeout_s)
     G.ledgers.append(ledger)
     return ledger
+
+
+def own_state_dir(s: Settings) -> None:
+    """Root is refused in another user's state dir; a user's state dir is rid of what an
+    earlier root run left there, saying so (janitor.config.state_dir)."""
+    from janitor.config.state_dir import refuse_root, repair
+
+    refuse_root(s.state_dir)
+    for line in repair(s.state_dir):
+        say(f"note: {line}")
 
 
 def owner(owner_pid: int | None) -> Owner:

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from janitor.config.state_dir import access_error
 from janitor.errors import LedgerError, LedgerFull
 from janitor.ledger.log import LogEntry
 from janitor.ledger.tx import Tx
@@ -241,10 +242,7 @@ class Ledger:
                 "fix JANITOR_STATE_DIR"
             ) from None
         except OSError as exc:
-            raise LedgerError(
-                f"cannot create state dir {self.path.parent}: {exc.strerror}; "
-                "fix JANITOR_STATE_DIR or its permissions"
-            ) from None
+            raise access_error(self.path.parent, exc, "create the state dir") from None
         conn = None
         try:
             if not self.path.exists():
@@ -282,10 +280,7 @@ class Ledger:
             if isinstance(exc, sqlite3.Error):
                 raise self._translate(exc) from None
             if isinstance(exc, OSError) and not isinstance(exc, LedgerError):
-                raise LedgerError(
-                    f"cannot open ledger {self.path}: {exc.strerror}; "
-                    "check the permissions of JANITOR_STATE_DIR"
-                ) from None
+                raise access_error(self.path, exc, "open the ledger") from None
             raise
         self._local.conn = conn
         self._local.tx = tx = Tx(conn)
@@ -429,7 +424,11 @@ class Ledger:
             conn, tx = self._connect()
         except LedgerError:
             # A read-only state dir: nobody can write the ledger, so read it as immutable.
-            if not self.path.is_file() or os.access(self.path.parent, os.W_OK):
+            try:
+                readable = self.path.is_file() and os.access(self.path, os.R_OK)
+            except OSError:
+                readable = False  # not even to be looked at (another user's state dir)
+            if not readable or os.access(self.path.parent, os.W_OK):
                 raise
             conn = sqlite3.connect(
                 f"file:{self.path}?mode=ro&immutable=1",
@@ -475,10 +474,7 @@ class Ledger:
                 "will start a new one"
             )
         if code in (_SQLITE_READONLY, _SQLITE_CANTOPEN):
-            return LedgerError(
-                f"cannot write ledger {self.path} ({exc}); check the permissions of "
-                "JANITOR_STATE_DIR"
-            )
+            return access_error(self.path, PermissionError(13, str(exc)), "write the ledger")
         if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
             return LedgerError(
                 f"ledger {self.path} stayed locked for {self.lock_timeout:g}s; another "
