@@ -9,7 +9,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +195,80 @@ def test_a_users_janitor_moves_aside_what_an_earlier_root_run_left(
     assert (state / "locks").stat().st_uid == os.geteuid()
     again = _unprivileged([str(JANITOR_BIN), "sweep", "--dry-run"], full)
     assert again.returncode == 0 and "moved aside" not in again.stderr, again.stderr
+
+
+# -- bind mounts -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def bind(tmp_path: Path) -> Iterator[Callable[[Path, Path], Path]]:
+    """``bind(outside, where)``: ``mount --bind outside where`` (root only), undone at the end."""
+    made: list[Path] = []
+
+    def mount(outside: Path, where: Path) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("a bind mount needs root")
+        where.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "--bind", str(outside), str(where)], capture_output=True,
+                              text=True)  # fmt: skip
+        if done.returncode != 0:
+            pytest.skip(f"cannot bind-mount here: {done.stderr.strip()}")
+        made.append(where)
+        return where
+
+    yield mount
+    for where in reversed(made):
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def _old_files(folder: Path, n: int, size: int) -> list[Path]:
+    """``n`` files a month old in ``folder`` (itself a month old too)."""
+    files = [fill_file(folder / f"keep-{i}.bin", size) for i in range(n)]
+    for f in [*files, folder]:
+        os.utime(f, (time.time() - 30 * 86400, time.time() - 30 * 86400))
+    return files
+
+
+def test_a_bind_mount_inside_a_cache_is_another_filesystem(
+    bind: Callable[[Path, Path], Path], tmp_path: Path, write_policy: Callable[..., Path],
+    run_cli: Cli,
+) -> None:  # fmt: skip
+    """``mount --bind OUTSIDE TREE/bound``: the same filesystem, the same device number; a sweep
+    deleted every old file of OUTSIDE. Now no file below the mount point is counted or chosen."""
+    tree, outside = tmp_path / "cache", tmp_path / "outside"
+    files = _old_files(outside, 4, MiB)
+    write_policy({"c": {"role": "cache", "path": str(tree), "quota": "1MiB", "max_age": "1d",
+                        "min_age": "0s"}}, floor="1MiB")  # fmt: skip
+    bind(outside, tree / "bound")
+    done = run_cli("sweep", "--json")
+    assert done.returncode in (0, 1), done.stderr
+    data = json.loads(done.stdout)
+    assert data["items"] == [], data["items"]
+    assert all(f.exists() for f in files)
+    (t,) = json.loads(run_cli("status", "--json").stdout)["trees"]
+    assert t["usage"] < MiB  # the outside files are not the tree's
+
+
+def test_a_bind_mount_inside_a_job_folder_keeps_the_folder(
+    bind: Callable[[Path, Path], Path], tmp_path: Path, write_policy: Callable[..., Path],
+    run_cli: Cli,
+) -> None:  # fmt: skip
+    """An orphan job folder with a bind mount inside it, and a unit folder that is itself a bind
+    mount: neither is removed, nothing of the outside folders goes."""
+    jobs, outside, other = tmp_path / "jobs", tmp_path / "outside", tmp_path / "other"
+    files = _old_files(outside, 3, 64 * 1024) + _old_files(other / "fa_v2", 2, 64 * 1024)
+    os.utime(other, (time.time() - 30 * 86400, time.time() - 30 * 86400))
+    orphan = jobs / ".tmpOLD"
+    _old_files(orphan / "fa_v2", 1, 4096)
+    write_policy({"j": {"role": "scratch", "path": str(jobs), "units": "dir",
+                        "unit_glob": ".tmp*", "unit_requires": ["fa_v2"], "orphan_age": "1h",
+                        "min_age": "0s"}}, floor="1MiB")  # fmt: skip
+    bind(outside, orphan / "fa_v2" / "data")
+    os.utime(orphan / "fa_v2", (time.time() - 86400, time.time() - 86400))
+    os.utime(orphan, (time.time() - 86400, time.time() - 86400))
+    bind(other, jobs / ".tmpBOUND")
+    done = run_cli("sweep", "--json")
+    data = json.loads(done.stdout)
+    assert all(f.exists() for f in files), data
+    assert not any(i["deleted"] for i in data["items"]), data["items"]
+    assert orphan.exists()

@@ -24,6 +24,7 @@ from janitor.cleanup.scan import Entry
 from janitor.cleanup.units import Unit
 from janitor.host import inuse
 from janitor.host.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
+from janitor.host.mounts import boundary
 from janitor.host.space import volume_stats
 from janitor.ledger.db import Ledger
 from janitor.ledger.log import LogRow
@@ -144,6 +145,8 @@ class _Deleter:
         if (st.st_dev, st.st_ino) != (plan.device, plan.root_ino):
             os.close(self.root_fd)
             raise _Skip("tree root was replaced since the scan")
+        # Every mount point below the root is a boundary, a bind mount of this filesystem too.
+        self.edge = boundary(self.root_fd, plan.root)
         self.folders: dict[str, int] = {}
 
     def close(self) -> None:
@@ -203,9 +206,13 @@ class _Deleter:
             fd = os.open(name, DIR_FLAGS, dir_fd=parent_fd)
         except OSError as exc:
             raise _Skip(_why(exc, "folder")) from None
-        if os.fstat(fd).st_dev != self.device:
+        st = os.fstat(fd)
+        if st.st_dev != self.device:
             os.close(fd)
             raise _Skip("folder is on another filesystem")
+        if self.edge.crosses(fd, st):
+            os.close(fd)
+            raise _Skip("folder is a mount point (another filesystem mounted there)")
         return fd
 
     # -- checks --------------------------------------------------------------------------------
@@ -433,7 +440,7 @@ class _Deleter:
     def _walk_verify(self, unit_fd: int, rel: str, known: _Known) -> None:
         """Check every entry of a folder unit, at any depth, before anything of it is removed:
         anything new or changed means a job is still alive."""
-        chain = FolderChain(unit_fd)
+        chain = FolderChain(unit_fd, boundary=self.edge)
         where = rel  # the folder the walk is in, relative to the root
         todo = [_names(unit_fd)]
         try:
@@ -472,7 +479,7 @@ class _Deleter:
     def _remove_tree(self, unit_fd: int, rel: str, known: _Known, done: list[int]) -> None:
         """Remove a folder's contents bottom-up, at any depth; ``done`` counts [files, bytes]
         as it goes."""
-        chain = FolderChain(unit_fd)
+        chain = FolderChain(unit_fd, boundary=self.edge)
         where = rel
         todo = [_names(unit_fd)]
         inside: list[tuple[str, Entry]] = []  # the folder entered at each level below the unit

@@ -1,6 +1,7 @@
 """Scanning: one pass over a tree into an immutable snapshot, touching nothing.
 
-The walk never follows a symlink, never crosses into another filesystem, counts a hard-linked
+The walk never follows a symlink, never crosses into another filesystem (a bind mount of this
+one included: every mount point below the root is a boundary), counts a hard-linked
 file once, takes names that are not valid UTF-8 (kept with ``surrogateescape``, as ``os`` does),
 and skips a folder that vanishes, cannot be read or is swapped for another between its lstat and
 its open, counting it instead of failing. Trees of any depth are walked without recursion and
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import NamedTuple, cast
 
 from janitor.host.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
+from janitor.host.mounts import boundary
 
 __all__ = ["Entry", "Snapshot", "display_path", "gc_paused", "scan"]
 
@@ -140,9 +142,10 @@ def _scan(
         os.close(root_fd)
         return Snapshot(root, device, rst.st_ino, taken, (), 1, exists=False)
     entries: list[Entry] = []
-    chain = FolderChain(root_fd)
+    edge = boundary(root_fd, root)
+    chain = FolderChain(root_fd, boundary=edge)
     try:
-        skipped = _walk(chain, root, entries, device, progress, max_depth)
+        skipped = _walk(chain, root, entries, device, progress, max_depth, edge.paths)
     finally:
         chain.close()  # every folder below the root the walk still had open
         os.close(root_fd)
@@ -158,9 +161,10 @@ def _walk(
     device: int,
     progress: Callable[[int], None] | None,
     max_depth: int | None,
+    mounts: frozenset[str] = frozenset(),
 ) -> int:
     """Walk the tree below ``chain``'s top depth first into ``entries``; the number of folders
-    skipped.
+    skipped. ``mounts``: the mount points below the top (left out, with what is below them).
 
     No recursion and no full paths: each folder is opened relative to its parent (``chain``
     keeps a bounded number open however deep the tree goes), and its subfolders wait in a list
@@ -204,6 +208,8 @@ def _walk(
                             continue  # vanished between readdir and lstat
                         if st.st_dev != device:
                             continue  # a mount point inside the tree: never ours
+                        if mounts and prefix + d.name in mounts:
+                            continue  # a bind mount has the tree's device: the table says
                         mode = st.st_mode
                         if st.st_nlink > 1 and not s_isdir(mode):
                             ino = st.st_ino

@@ -37,6 +37,7 @@ from watchdog.utils import BaseThread
 
 from janitor.config.policy import TreePolicy
 from janitor.host.fdwalk import tree_shape
+from janitor.host.mounts import mounts_under
 
 __all__ = ["TreeWatcher", "WatchState"]
 
@@ -102,7 +103,11 @@ class _Handler(FileSystemEventHandler):
         mark: Callable[[_Key], None],
         too_deep: Callable[[str, str], None],
         path_max: int,
+        mounts: frozenset[str] = frozenset(),
     ) -> None:
+        #: Mount points below the tree's root (a bind mount of another folder, even one of the
+        #: same filesystem): what happens below them is another tree's, never ours.
+        self.mounts = tuple(m.rstrip("/") + "/" for m in mounts)
         self.tree = tree
         self.key = ("tree", tree)
         self.mark = mark
@@ -112,6 +117,8 @@ class _Handler(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in ("opened", "closed_no_write"):
             return  # reads change nothing we act on
+        if self.mounts and (os.fsdecode(event.src_path) + "/").startswith(self.mounts):
+            return  # below a mount point inside the tree: not the tree's
         self.mark(self.key)
         if event.is_directory and event.event_type in ("created", "moved"):
             # watchdog watches a new folder by its full path: past PATH_MAX it silently cannot,
@@ -270,7 +277,13 @@ class TreeWatcher:
             self._deep.pop(name, None)
             with self._lock:
                 self._too_deep.pop(name, None)
-            handler = _Handler(name, self._mark, self._found_too_deep, _path_max(tree.path))
+            handler = _Handler(
+                name,
+                self._mark,
+                self._found_too_deep,
+                _path_max(tree.path),
+                mounts_under(str(tree.path)),
+            )
             watch = observer.schedule(handler, str(tree.path), recursive=recursive)
         except Exception as exc:  # watchdog may raise more than OSError (RecursionError)
             if isinstance(exc, OSError):

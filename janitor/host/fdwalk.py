@@ -16,6 +16,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from janitor.host.mounts import Boundary, boundary
+
 __all__ = ["DIR_FLAGS", "FolderChain", "FolderChanged", "TreeShape", "tree_shape", "tree_size"]
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -38,11 +40,15 @@ class FolderChain:
     The top's descriptor belongs to the caller and is never closed here.
     """
 
-    __slots__ = ("_first_open", "_inos", "_names", "budget", "device", "fds")
+    __slots__ = ("_first_open", "_inos", "_names", "boundary", "budget", "device", "fds")
 
-    def __init__(self, top_fd: int, *, budget: int = CHAIN_FDS) -> None:
+    def __init__(
+        self, top_fd: int, *, budget: int = CHAIN_FDS, boundary: Boundary | None = None
+    ) -> None:
         st = os.fstat(top_fd)
         self.device = st.st_dev
+        #: The mount points the walk must not enter (a bind mount has the top's device).
+        self.boundary = boundary
         self.budget = max(1, budget)
         self.fds = [top_fd]  # -1: closed to save descriptors
         self._inos = [st.st_ino]
@@ -74,6 +80,8 @@ class FolderChain:
             st = os.fstat(fd)
             if st.st_dev != self.device:
                 raise FolderChanged("folder is on another filesystem")
+            if self.boundary is not None and self.boundary.crosses(fd, st):
+                raise FolderChanged("folder is a mount point (another filesystem mounted there)")
             if ino is not None and st.st_ino != ino:
                 raise FolderChanged("replaced since the scan")
         except BaseException:
@@ -167,7 +175,8 @@ def _listing(fd: int) -> list[os.DirEntry[str]]:
 def tree_size(path: Path | str) -> int:
     """Allocated bytes of a file, or of a folder's whole tree, of any depth; 0 if missing.
 
-    Never follows symlinks, never crosses into another filesystem, counts hard links once, and
+    Never follows symlinks, never crosses into another filesystem (nor a bind mount of this
+    one: janitor.host.mounts), counts hard links once, and
     skips whatever vanishes or cannot be read while it walks. A ``path`` itself too long for
     the kernel (ENAMETOOLONG) measures 0, like a missing one.
     """
@@ -190,7 +199,7 @@ def tree_size(path: Path | str) -> int:
             return total  # swapped between the lstat and the open
         device = st.st_dev
         seen: set[int] = set()
-        chain = FolderChain(top)
+        chain = FolderChain(top, boundary=boundary(top, os.fspath(path)))
         try:
             todo: list[list[tuple[str, int]]] = []
             listing: list[tuple[str, int]] | None = None
@@ -260,7 +269,7 @@ def tree_shape(
     depth = longest = 0
     try:
         device = os.fstat(top).st_dev
-        chain = FolderChain(top)
+        chain = FolderChain(top, boundary=boundary(top, os.fspath(path)))
         lengths = [0]  # bytes of each level's relative path
         try:
             todo: list[list[tuple[str, int]]] = []
