@@ -92,7 +92,7 @@ class LedgerError(JanitorError, OSError):
 
 
 class LedgerFull(LedgerError):
-    """SQLite reported the disk full: nothing was granted, retry once space is back."""
+    """SQLite reported the disk full: nothing was changed, retry once space is back."""
 
     exit_code = EXIT_TEMPFAIL
 

@@ -272,3 +272,99 @@ def test_a_bind_mount_inside_a_job_folder_keeps_the_folder(
     assert all(f.exists() for f in files), data
     assert not any(i["deleted"] for i in data["items"]), data["items"]
     assert orphan.exists()
+
+
+# -- nothing deleted without a record ----------------------------------------------------------
+
+
+def _recorded(state: Path) -> dict[str, str]:
+    """Every path the log records as deleted or being deleted, with its event."""
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{state / 'ledger.sqlite3'}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT path, event FROM log WHERE event IN ('delete', 'deleting')"
+        ).fetchall()
+    finally:
+        conn.close()
+    return {p: e for p, e in rows}
+
+
+@pytest.fixture
+def many_units(tmpfs: Callable[..., Path], write_policy: Callable[..., Path]) -> Callable[..., Any]:
+    """``many_units(n, state_size=None)``: a cache of n one-page files, all past the quota, and
+    (with ``state_size``) the state dir on a tmpfs of its own of that size."""
+
+    def make(n: int, state_size: str | None = None) -> tuple[Path, list[Path], Path]:
+        mount = tmpfs("128m")
+        tree = mount / "c"
+        files = []
+        for i in range(n):
+            f = tree / f"{i // 1000:02d}" / f"f{i:06d}.bin"
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_bytes(b"x" * 100)
+            files.append(f)
+        old = time.time() - 86400
+        for f in files:
+            os.utime(f, (old, old))
+        write_policy({"c": {"role": "cache", "path": str(tree), "max_age": "1h", "min_age": "0s"}},
+                     floor="1MiB")  # fmt: skip
+        state = tmpfs(state_size, name="state") / "s" if state_size else mount / ".." / "s"
+        return tree, files, state
+
+    return make
+
+
+@pytest.mark.parametrize("sliver", [0, 160 * 1024])
+def test_a_full_state_disk_deletes_nothing_it_cannot_record_and_says_what_happened(
+    sliver: int, many_units: Callable[..., Any], run_cli: Cli
+) -> None:
+    """The state dir's disk full, or with room for a few batches' records: every file deleted
+    has its record, and the one line says how many went and how many did not."""
+    _, files, state = many_units(2000, state_size="4m")
+    env = {"JANITOR_STATE_DIR": str(state)}
+    assert run_cli("sweep", "--dry-run", env=env).returncode == 0  # ledger and locks made
+    filler = state.parent / "filler"
+    with open(filler, "wb") as f:  # the state dir's disk full but for a sliver
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    os.truncate(filler, max(0, filler.stat().st_size - sliver))
+    done = run_cli("sweep", env=env)
+    assert done.returncode == 75, (done.returncode, done.stderr)
+    gone = [f for f in files if not f.exists()]
+    filler.unlink()  # to read the log back
+    recorded = _recorded(state)
+    assert {str(f) for f in gone} <= set(recorded), len(set(map(str, gone)) - set(recorded))
+    # One line says what did and did not happen, whichever write met the full disk first.
+    said = done.stderr
+    assert "disk is full" in said and "Traceback" not in said, said
+    if gone:
+        assert f"deleted {len(gone)} units before" in said and "were not deleted" in said, said
+    else:
+        assert "nothing was deleted" in said or "no deletion" in said, said
+
+
+def test_a_sweep_killed_midway_leaves_a_record_of_every_file_it_deleted(
+    many_units: Callable[..., Any],
+) -> None:
+    _, files, state = many_units(12000)
+    env = dict(os.environ, JANITOR_STATE_DIR=str(state))
+    proc = subprocess.Popen([str(JANITOR_BIN), "sweep"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and all(f.exists() for f in files[:: len(files) // 20]):
+        time.sleep(0.005)
+    proc.kill()  # mid-sweep, as the OOM killer would
+    proc.wait()
+    gone = {str(f) for f in files if not f.exists()}
+    assert 0 < len(gone) < len(files), len(gone)
+    recorded = _recorded(state)
+    assert gone <= set(recorded), f"{len(gone - set(recorded))} deleted without a record"
+    log = subprocess.run([str(JANITOR_BIN), "log"], env=env, capture_output=True, text=True)
+    if "deleting" in recorded.values():
+        assert "being deleted when the janitor stopped" in log.stdout

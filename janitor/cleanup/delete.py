@@ -22,6 +22,7 @@ from typing import NamedTuple
 from janitor.cleanup.plan import Plan, PlanItem, TreePlan
 from janitor.cleanup.scan import Entry
 from janitor.cleanup.units import Unit
+from janitor.errors import LedgerError, LedgerFull
 from janitor.host import inuse
 from janitor.host.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
 from janitor.host.mounts import boundary
@@ -65,6 +66,9 @@ class Report:
     volumes: tuple[VolumeDelta, ...] = ()
     dry_run: bool = False
     warnings: tuple[str, ...] = field(default=())
+    #: None, or why the deletes stopped part way: True when the ledger's disk was full (the
+    #: record of the next batch could not be written), False for another ledger error.
+    stopped: bool | None = None
 
     @property
     def deleted_bytes(self) -> int:
@@ -600,38 +604,163 @@ def _outcome(deleter: _Deleter, item: PlanItem) -> Outcome:
         return Outcome(item, False, 0, 0, f"error: {exc.strerror}")
 
 
+class NoRecord(Exception):
+    """The ledger could not record what a batch was about to delete: nothing of it was.
+    ``done``: the outcomes of the tree's units before it; ``left``: the units not deleted."""
+
+    def __init__(
+        self,
+        error: LedgerError,
+        done: list[Outcome] | None = None,
+        left: list[PlanItem] | None = None,
+    ) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.done = done or []
+        self.left = left or []
+
+
 class _Log:
-    """Log rows of the removals, committed in batches (by the calling thread only)."""
+    """The record of the removals, written ahead of them (the calling thread only).
+
+    Each batch of units is first recorded as ``deleting`` (what, where, why) in one committed
+    transaction, and only then removed; once it is done, one more transaction confirms it: a
+    ``delete`` line for each unit removed, and the batch's ``deleting`` lines taken out. So no
+    file goes without a line in the ledger: after a crash, the ``deleting`` lines left say what
+    was being deleted; when the record cannot be written (a full disk, a read-only ledger),
+    nothing of the batch is deleted (NoRecord).
+    """
 
     def __init__(self, ledger: Ledger | None, batch: int) -> None:
         self.ledger = ledger
         self.batch = batch
-        self.rows: list[LogRow] = []
+        #: Confirmations that could not be written (the intent stays the record).
+        self.unconfirmed = 0
 
-    def add(self, o: Outcome, device: int) -> None:
+    def intend(self, items: list[PlanItem], device: int) -> range | None:
+        """Record the batch about to go; the ids of its lines (None without a ledger)."""
         if self.ledger is None:
-            return
-        item = o.item
-        self.rows.append(
-            (
-                time.time(),
-                "delete",
-                item.tree,
-                device,
-                None,
-                o.bytes,
-                _log_path(item.unit.path),
-                _log_detail(o.files, item.unit.last_use, item.reason),
-            )
-        )
-        if len(self.rows) >= self.batch:
-            self.flush()
+            return None
+        now = time.time()
+        rows: list[LogRow] = [
+            (now, "deleting", i.tree, device, None, i.size, _log_path(i.unit.path),
+             _log_detail(len(i.unit.entries), i.unit.last_use, i.reason))
+            for i in items
+        ]  # fmt: skip
+        try:
+            with self.ledger.write() as tx:
+                return tx.log.append(rows)
+        except LedgerError as exc:
+            raise NoRecord(exc) from None
 
-    def flush(self) -> None:
-        rows, self.rows = self.rows, []
-        if rows and self.ledger is not None:
+    def confirm(self, intents: range | None, outcomes: list[Outcome], device: int) -> None:
+        """A batch done: a ``delete`` line per unit removed, its ``deleting`` lines out."""
+        if self.ledger is None or intents is None:
+            return
+        rows: list[LogRow] = [
+            (time.time(), "delete", o.item.tree, device, None, o.bytes,
+             _log_path(o.item.unit.path), _log_detail(o.files, o.item.unit.last_use,
+                                                      o.item.reason))
+            for o in outcomes
+            if o.deleted
+        ]  # fmt: skip
+        try:
             with self.ledger.write() as tx:
                 tx.log.add_rows(rows)
+                tx.log.remove_intents(intents)
+        except LedgerError:
+            self.unconfirmed += sum(1 for o in outcomes if o.deleted)
+
+
+class _Pool:
+    """The deleters of one tree: the calling thread's, and, once the deletes show that they
+    mostly wait on the disk, those of a few helper threads (the syscalls of one overlap the
+    disk waits of another). Each does every check; only the order of the removals mixes."""
+
+    def __init__(
+        self,
+        tree: TreePlan,
+        open_set: frozenset[tuple[int, int]],
+        pinned: Callable[[], frozenset[str]],
+        total: int,
+    ) -> None:
+        self.tree = tree
+        self.open_set = open_set
+        self.pinned = pinned
+        self.opened = _open_now(tree.device)
+        self.main = _Deleter(tree, open_set, pinned, self.opened)
+        self.helpers: list[_Deleter] = []
+        self.left = total  # units not yet handed to run()
+        self.alone = 0  # units the calling thread deleted before threads were judged worth it
+        self.mark = (time.perf_counter(), time.thread_time())
+        self.pins = [pinned()]  # what the helpers read: refreshed by the calling thread
+
+    def close(self) -> None:
+        for d in [self.main, *self.helpers]:
+            d.close()
+
+    def run(self, batch: list[PlanItem]) -> list[Outcome]:
+        """Delete a batch; its outcomes in the batch's order."""
+        n = len(batch)
+        self.left -= n
+        results: list[Outcome | None] = [None] * n
+        i = 0
+        while not self.helpers and i < n:
+            results[i] = _outcome(self.main, batch[i])
+            i += 1
+            self.alone += 1
+            if self.alone % _PROBE == 0 and _THREADS > 1 and (n - i) + self.left >= _THREADS_MIN:
+                # Disk waits may begin only once the journal fills: judge each window anew.
+                wall, cpu = time.perf_counter(), time.thread_time()
+                if wall - self.mark[0] > _WAIT_RATIO * (cpu - self.mark[1]):
+                    self._start_helpers()
+                self.mark = (wall, cpu)
+        if i < n:
+            self._threaded(batch, results, i)
+        return [o for o in results if o is not None]
+
+    def _start_helpers(self) -> None:
+        for _ in range(1, _THREADS):
+            try:
+                self.helpers.append(
+                    _Deleter(self.tree, self.open_set, lambda: self.pins[0], self.opened)
+                )
+            except (_Skip, OSError):
+                break  # the root went meanwhile: the calling thread finds out itself
+
+    def _threaded(self, batch: list[PlanItem], results: list[Outcome | None], i: int) -> None:
+        n = len(batch)
+        chunks = iter(range(i, n, _CHUNK))  # next() is atomic: a chunk goes to one thread
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def work(deleter: _Deleter) -> None:
+            try:
+                while not stop.is_set() and (start := next(chunks, None)) is not None:
+                    for k in range(start, min(start + _CHUNK, n)):
+                        results[k] = _outcome(deleter, batch[k])
+            except BaseException as exc:  # a bug, not a file: stop, and raise it below
+                errors.append(exc)
+                stop.set()
+
+        threads = [
+            threading.Thread(target=work, args=(d,), name=f"janitor-delete-{k}", daemon=True)
+            for k, d in enumerate(self.helpers, 1)
+        ]
+        for t in threads:
+            t.start()
+        try:
+            # This thread takes chunks too, and between them reads the pins for all.
+            while not stop.is_set() and (start := next(chunks, None)) is not None:
+                for k in range(start, min(start + _CHUNK, n)):
+                    results[k] = _outcome(self.main, batch[k])
+                self.pins[0] = self.pinned()
+        finally:
+            stop.set()  # after an error here: the helpers finish their unit and stop
+            for t in threads:
+                t.join()
+        if errors:
+            raise errors[0]
 
 
 def _apply_tree(
@@ -642,98 +771,28 @@ def _apply_tree(
     log: _Log,
     progress: Callable[[int], None],
 ) -> list[Outcome]:
-    """Delete one tree's units (in plan order, or by a few threads once the first ones show
-    that the deletes mostly wait on the disk), logging each removal in plan order."""
-    opened = _open_now(tree.device)
+    """Delete one tree's units batch by batch, each recorded before it goes and confirmed
+    after (_Log); NoRecord, with the outcomes so far, when a batch could not be recorded."""
     try:
-        deleter = _Deleter(tree, open_set, pinned, opened)
+        pool = _Pool(tree, open_set, pinned, len(items))
     except (_Skip, OSError) as exc:
         why = str(exc) if isinstance(exc, _Skip) else _why(exc, "tree root")
         return [Outcome(i, False, 0, 0, why) for i in items]
-    n = len(items)
-    results: list[Outcome | None] = [None] * n
-    device = tree.device
-    logged = 0  # results[:logged] are in the log (those deleted)
-
-    def log_done() -> None:
-        nonlocal logged
-        start = logged
-        while logged < n and (o := results[logged]) is not None:
-            if o.deleted:
-                log.add(o, device)
-            logged += 1
-        if logged > start:
-            progress(logged - start)
-
-    i = 0
-    threads: list[threading.Thread] = []
-    stop = threading.Event()
-    errors: list[BaseException] = []
+    outcomes: list[Outcome] = []
     try:
-        wall, cpu = time.perf_counter(), time.thread_time()
-        while i < n:
-            results[i] = _outcome(deleter, items[i])
-            i += 1
-            log_done()
-            if i % _PROBE == 0 and _THREADS > 1 and n - i >= _THREADS_MIN:
-                # Disk waits may begin only once the journal fills: judge each window anew.
-                now_wall, now_cpu = time.perf_counter(), time.thread_time()
-                if now_wall - wall > _WAIT_RATIO * (now_cpu - cpu):
-                    break
-                wall, cpu = now_wall, now_cpu
-        if i < n:
-            chunks = iter(range(i, n, _CHUNK))  # next() is atomic: a chunk goes to one thread
-            pins = [pinned()]
-
-            def work() -> None:
-                try:
-                    other = _Deleter(tree, open_set, lambda: pins[0], opened)
-                except (_Skip, OSError) as exc:
-                    why = str(exc) if isinstance(exc, _Skip) else _why(exc, "tree root")
-                    while (start := next(chunks, None)) is not None:
-                        for k in range(start, min(start + _CHUNK, n)):
-                            results[k] = Outcome(items[k], False, 0, 0, why)
-                    return
-                try:
-                    while not stop.is_set() and (start := next(chunks, None)) is not None:
-                        for k in range(start, min(start + _CHUNK, n)):
-                            results[k] = _outcome(other, items[k])
-                except BaseException as exc:  # a bug, not a file: stop, and raise it below
-                    errors.append(exc)
-                    stop.set()
-                finally:
-                    other.close()
-
-            threads = [
-                threading.Thread(target=work, name=f"janitor-delete-{k}", daemon=True)
-                for k in range(1, _THREADS)
-            ]
-            for t in threads:
-                t.start()
-            # This thread takes chunks too, and between them reads pins and logs for all.
-            while not stop.is_set() and (start := next(chunks, None)) is not None:
-                for k in range(start, min(start + _CHUNK, n)):
-                    results[k] = _outcome(deleter, items[k])
-                pins[0] = pinned()
-                log_done()
-            while alive := [t for t in threads if t.is_alive()]:
-                alive[0].join(0.05)
-                pins[0] = pinned()
-                log_done()
+        for start in range(0, len(items), log.batch):
+            batch = items[start : start + log.batch]
+            try:
+                intents = log.intend(batch, tree.device)
+            except NoRecord as stop:
+                raise NoRecord(stop.error, outcomes, items[start:]) from None
+            done = pool.run(batch)
+            log.confirm(intents, done, tree.device)
+            outcomes += done
+            progress(len(batch))
     finally:
-        stop.set()  # after an error: the other threads finish their unit and stop
-        for t in threads:
-            t.join()
-        deleter.close()
-        log_done()
-        if logged < n:  # stopped by an error: log every removal that was made
-            for o in results[logged:]:
-                if o is not None and o.deleted:
-                    log.add(o, device)
-        log.flush()
-    if errors:
-        raise errors[0]
-    return [o for o in results if o is not None]
+        pool.close()
+    return outcomes
 
 
 def _open_held(name: str, dir_fd: int) -> int:
@@ -781,8 +840,10 @@ def apply(
 ) -> Report:
     """Delete the plan's units (or, with ``dry_run``, only say what would go).
 
-    Every removal is logged in the ledger (event ``delete``) with its tree, path, bytes and
-    reason, committed in batches as the deletes go, in plan order.
+    Every removal is recorded in the ledger before it happens and confirmed after (_Log): a
+    batch at a time, in plan order, event ``deleting`` then ``delete`` with its tree, path,
+    bytes and reason. When a batch cannot be recorded, nothing of it or after it is deleted,
+    and the report says so (``stopped``, a warning); the units before it stay recorded.
     """
     if dry_run or not plan.items:
         return Report(
@@ -821,8 +882,21 @@ def apply(
 
     log = _Log(ledger, batch)
     outcomes: list[Outcome] = []
+    stopped: str | None = None
+    stop_error: LedgerError | None = None
+    full = False
     for name, items in by_tree.items():
-        outcomes += _apply_tree(trees[name], items, open_set, pinned, log, progress)
+        if stopped is not None:
+            outcomes += [Outcome(i, False, 0, 0, stopped) for i in items]
+            continue
+        try:
+            outcomes += _apply_tree(trees[name], items, open_set, pinned, log, progress)
+        except NoRecord as exc:
+            stopped = f"not deleted: the ledger could not record it ({exc.error})"
+            outcomes += exc.done
+            outcomes += [Outcome(i, False, 0, 0, stopped) for i in exc.left]
+            full = isinstance(exc.error, LedgerFull)
+            stop_error = exc.error
     deltas = []
     warnings = []
     deleted_on: dict[int, int] = {}
@@ -841,4 +915,28 @@ def apply(
                 "files may still be held open, or snapshots (Time Machine local snapshots, "
                 "btrfs/ZFS) may keep the blocks"
             )
+    if log.unconfirmed:
+        warnings.append(
+            f"{log.unconfirmed} removals are recorded only as `deleting` in the log: the ledger "
+            "could not confirm them"
+        )
+    if stopped is not None:
+        done = sum(1 for o in outcomes if o.deleted)
+        left = sum(1 for o in outcomes if o.skipped == stopped)
+        went = (
+            f"deleted {done} units before, each recorded in the ledger"
+            if done
+            else "nothing was deleted"
+        )
+        why = (
+            f"the ledger's disk is full ({ledger.path.parent if ledger else '?'})"
+            if full
+            else f"the ledger could not record the next deletions ({stop_error})"
+        )
+        warnings.insert(
+            0,
+            f"stopped: {why}: {went}; {left} more were not deleted (no record, no deletion); "
+            "free some space there and sweep again",
+        )
+        return Report(tuple(outcomes), tuple(deltas), False, tuple(warnings), stopped=full)
     return Report(tuple(outcomes), tuple(deltas), False, tuple(warnings))

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from janitor.cli.common import JsonOpt, lasting, open_janitor, owner, print_json, say
-from janitor.errors import EXIT_PROBLEM
+from janitor.errors import EXIT_BAD_INPUT, EXIT_PROBLEM, EXIT_TEMPFAIL
 
 __all__ = ["emergency", "pin", "sweep", "touch", "unpin"]
 
@@ -27,7 +27,8 @@ def sweep(
     """Evict what the policy says (quota, age, orphan, pressure) and report what was done.
 
     Exit 1 when a cache stays above its low watermark because too little could be evicted, or
-    a tree could not be swept (its root is a symlink or a file).
+    a tree could not be swept (its root is a symlink or a file); 75 when the ledger's disk is
+    full, so what was to go could not be recorded and was not deleted.
     """
     from janitor.cli.progress import scan_progress
 
@@ -51,6 +52,8 @@ def sweep(
             out.print(part)
     for warning in result.warnings:
         say(f"warning: {warning}")
+    if result.report.stopped is not None:  # the ledger could not record what was to go
+        raise typer.Exit(EXIT_TEMPFAIL if result.report.stopped else EXIT_BAD_INPUT)
     if result.unswept or not all(t["reaches_target"] for t in data["trees"]):
         raise typer.Exit(EXIT_PROBLEM)
 

@@ -90,6 +90,8 @@ def log_(
         size = format_size(e.bytes) if e.bytes is not None else ""
         what = " ".join(x for x in (e.tree or "", e.reservation or "", size, e.path or "") if x)
         extra = e.detail.get("reason") or ""
+        if e.event == "deleting":  # its batch never confirmed: cut short by a crash or a kill
+            extra = f"{extra}; being deleted when the janitor stopped" if extra else extra
         print(f"{stamp}  {e.event:<8} {what}" + (f"  ({extra})" if extra else ""))
 
 

@@ -465,8 +465,8 @@ class Ledger:
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
         if code == _SQLITE_FULL or (code == _SQLITE_IOERR and _volume_full(self.path.parent)):
             return LedgerFull(
-                f"the ledger's disk is full ({self.path.parent}); nothing was granted, "
-                "free some space and retry"
+                f"the ledger's disk is full ({self.path.parent}): nothing was changed (no "
+                "grant, no deletion); free some space there and retry"
             )
         if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
             return LedgerError(

@@ -91,6 +91,20 @@ class Log:
         """Append prebuilt lines (a batch of deletions), in order."""
         self._conn.executemany(_INSERT, rows)
 
+    def append(self, rows: list[LogRow]) -> range:
+        """Append prebuilt lines; their ids (consecutive: the caller holds the write lock)."""
+        self._conn.executemany(_INSERT, rows)
+        last = self.last_id()
+        return range(last - len(rows) + 1, last + 1)
+
+    def remove_intents(self, ids: range) -> None:
+        """Take out the ``deleting`` lines of a batch once its outcome is written."""
+        if ids:
+            self._conn.execute(
+                "DELETE FROM log WHERE id BETWEEN ? AND ? AND event = 'deleting'",
+                (ids.start, ids.stop - 1),
+            )
+
     def last_id(self) -> int:
         """The id of the newest line (0 for an empty log)."""
         return int(self._conn.execute("SELECT coalesce(max(id), 0) FROM log").fetchone()[0])

@@ -103,8 +103,8 @@ class BaseWriterLock(ABC):
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 raise LedgerFull(
-                    f"the ledger's disk is full ({self.path.parent}); nothing was granted, "
-                    "free some space and retry"
+                    f"the ledger's disk is full ({self.path.parent}): nothing was changed (no "
+                    "grant, no deletion); free some space there and retry"
                 ) from None
             raise LedgerError(
                 f"cannot open the ledger's lock file {self.path}: {exc.strerror}; "
