@@ -45,6 +45,8 @@ from common import Row, ms, percentile, verdict  # beside this script
 TARGET_PAIRS_PER_S = 2000.0
 TARGET_P99_MULTI_S = 0.010
 TARGET_CLI_S = 0.35
+#: Live reservations for the `janitor status` rows that show how it scales (issue 22, item 7).
+MANY_RESERVATIONS = 5000
 
 _ENV_KEYS = (
     "JANITOR_STATE_DIR",
@@ -326,6 +328,28 @@ def bench_cli(runs: int) -> dict[str, dict[str, float]]:
         if i:
             for key, value in samples.items():
                 times[key].append(value)
+    # The same, with thousands of live reservations: the table shows the few that matter and
+    # counts the rest; --json lists every one.
+    many = f"janitor status, {MANY_RESERVATIONS} live reservations"
+    many_json = f"janitor status --json, {MANY_RESERVATIONS} live reservations"
+    times[many], times[many_json] = [], []
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    try:
+        from janitor import Janitor
+
+        reserver = Janitor.from_settings()
+        for k in range(MANY_RESERVATIONS):
+            reserver.reserve("t", 1024, owner_pid=holder.pid, ttl="1h", job=f"job-{k}")
+        reserver.ledger.close()
+        for i in range(runs + 1):
+            t_many = _run([*jan, "status"])[0]
+            t_json = _run([*jan, "status", "--json"])[0]
+            if i:
+                times[many].append(t_many)
+                times[many_json].append(t_json)
+    finally:
+        holder.kill()
+        holder.wait()
     return {
         k: {
             "median": statistics.median(w for w, _ in v),

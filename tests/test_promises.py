@@ -368,3 +368,31 @@ def test_a_sweep_killed_midway_leaves_a_record_of_every_file_it_deleted(
     log = subprocess.run([str(JANITOR_BIN), "log"], env=env, capture_output=True, text=True)
     if "deleting" in recorded.values():
         assert "being deleted when the janitor stopped" in log.stdout
+
+
+# -- thousands of reservations -------------------------------------------------------------------
+
+
+def test_status_shows_the_reservations_that_matter_and_counts_the_rest(
+    managed_volume: Callable[..., Any], run_cli: Cli
+) -> None:
+    """300 live reservations: the table shows a dozen (the largest among them), says how many
+    more there are, and --json still lists every one."""
+    vol = managed_volume(size="64m", floor="4MiB")
+    holder = subprocess.Popen(["sleep", "300"])
+    try:
+        jan = vol.janitor()
+        ids = [jan.reserve("t", 1024, owner_pid=holder.pid, ttl="1h", job=f"j{i}").id
+               for i in range(300)]  # fmt: skip
+        big = jan.reserve("t", "5MiB", owner_pid=holder.pid, ttl="1h", job="the-big-one").id
+        done = run_cli("status", env={"COLUMNS": "200"})
+        assert done.returncode == 0, done.stderr
+        rows = [ln for ln in done.stdout.splitlines() if " r-" in ln]
+        assert len(rows) == 12, done.stdout
+        assert any(big in ln for ln in rows)  # the largest is among them
+        assert "and 289 more" in done.stdout and "--json" in done.stdout, done.stdout
+        listed = json.loads(run_cli("status", "--json").stdout)["reservations"]
+        assert {r["id"] for r in listed} == {*ids, big}
+    finally:
+        holder.kill()
+        holder.wait()

@@ -22,8 +22,18 @@ from janitor.status import Status
 if TYPE_CHECKING:
     from janitor.doctor import Check
     from janitor.jobs.run import Preflight
+    from janitor.ledger.reservations import ReservationInfo
 
-__all__ = ["bar", "render_checks", "render_preflight", "render_status", "render_sweep", "sparkline"]
+__all__ = [
+    "SHOWN_RESERVATIONS",
+    "bar",
+    "notable",
+    "render_checks",
+    "render_preflight",
+    "render_status",
+    "render_sweep",
+    "sparkline",
+]
 
 _LEVEL_STYLE = {"ok": "bold green", "warn": "bold yellow", "critical": "bold white on red"}
 _BLOCKS = "▁▂▃▄▅▆▇█"
@@ -119,7 +129,12 @@ def render_status(
         )
     parts: list[RenderableType] = [vt, tt]
     if st.reservations:
-        rt = Table(title="Reservations", title_justify="left")
+        shown = notable(st.reservations)
+        rest = len(st.reservations) - len(shown)
+        title = "Reservations"
+        if rest:
+            title += f" ({len(shown)} of {len(st.reservations)}: at risk, largest, newest)"
+        rt = Table(title=title, title_justify="left")
         for col, just in (
             ("id", "left"),
             ("job", "left"),
@@ -138,7 +153,7 @@ def render_status(
                 min_width=18 if col == "id" else None,
             )
         now = time.time()
-        for r in st.reservations:
+        for r in shown:
             rt.add_row(
                 r.id,
                 r.job or "-",
@@ -151,9 +166,43 @@ def render_status(
                 style="red" if r.at_risk else None,
             )
         parts.append(rt)
+        if rest:
+            ids = {r.id for r in shown}
+            hidden = [r for r in st.reservations if r.id not in ids]
+            parts.append(
+                Text(
+                    f"... and {rest} more, {format_size(sum(r.outstanding for r in hidden))} "
+                    "outstanding; `janitor status --json` lists every one",
+                    style="dim",
+                )
+            )
     else:
         parts.append(Text("No live reservations.", style="dim"))
     return Group(*parts)
+
+
+#: Reservations a person is shown in the status table; the rest are counted.
+SHOWN_RESERVATIONS = 12
+
+
+def notable(
+    reservations: Sequence[ReservationInfo], limit: int = SHOWN_RESERVATIONS
+) -> list[ReservationInfo]:
+    """The few reservations that matter most, in ledger order: every one at risk (up to the
+    limit), then the largest outstanding, then the newest."""
+    if len(reservations) <= limit:
+        return list(reservations)
+    picked: dict[str, ReservationInfo] = {}
+    at_risk = [r for r in reservations if r.at_risk]
+    largest = sorted(reservations, key=lambda r: r.outstanding, reverse=True)
+    newest = sorted(reservations, key=lambda r: r.created, reverse=True)
+    for group, share in ((at_risk, limit), (largest, limit // 2), (newest, limit)):
+        for r in group[:share]:
+            if len(picked) >= limit:
+                break
+            picked.setdefault(r.id, r)
+    order = {r.id: i for i, r in enumerate(reservations)}
+    return sorted(picked.values(), key=lambda r: order[r.id])
 
 
 def render_sweep(data: dict[str, Any], now: float) -> list[RenderableType]:
