@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from janitor.cli.common import DryRunOpt, JsonOpt, lasting, print_json, say, settings
+from janitor.cli.common import DryRunOpt, JsonOpt, lasting, own_state_dir, print_json, say, settings
 from janitor.errors import EXIT_PROBLEM
 
 if TYPE_CHECKING:
@@ -34,7 +34,9 @@ def daemon(
     from janitor.daemon.supervisor import Daemon
 
     lasting()
-    code = Daemon(settings(), log_to_stderr=not quiet).run()
+    s = settings()
+    own_state_dir(s)  # never root in a user's state dir
+    code = Daemon(s, log_to_stderr=not quiet).run()
     raise typer.Exit(code)
 
 
