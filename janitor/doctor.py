@@ -170,6 +170,7 @@ def _checks(
 
     yield _ledger_check(settings)
     yield from _daemon_checks(settings)
+    yield _server_check()
     yield from _guard_checks(platform)
     if platform.startswith("linux"):
         yield _inotify_check(policy)
@@ -250,59 +251,55 @@ def _daemon_checks(settings: Settings) -> Iterator[Check]:
         yield Check("daemon", "ok", msg)
 
 
-def _is_batchalign(argv: list[str], name: str) -> bool:
-    first = os.path.basename(argv[0]) if argv else name
-    return first.startswith("batchalign") or name.startswith("batchalign")
+def _server_check() -> Check:
+    """Does batchalign3 hand its jobs to a local server, and does that server run the guard?"""
+    from janitor.jobs.server import route
+
+    found = route(None)
+    assert found is not None  # only `serve` commands have no route
+    if found.protected:
+        return Check("batchalign3 server", "ok", found.message)
+    return Check(
+        "batchalign3 server",
+        "warn" if found.case == "unknown" else "fail",
+        found.message,
+        found.fix or "",
+    )
 
 
 def _guard_checks(platform: str) -> Iterator[Check]:
     """Does each running batchalign3 process find the guarded ffmpeg first on its PATH?"""
     import psutil
 
-    from janitor.jobs.guard import GUARD_MARK
+    from janitor.jobs.server import is_batchalign, process_ffmpeg
 
     found = False
     for proc in psutil.process_iter(["pid", "name", "cmdline"]):
         try:
             argv = proc.info["cmdline"] or []
-            if not _is_batchalign(argv, proc.info["name"] or ""):
+            if not is_batchalign(argv or [proc.info["name"] or ""]):
                 continue
         except psutil.Error:
             continue
         found = True
         who = f"batchalign3 (pid {proc.pid})"
-        how = (
-            f"`ps -wwE -p {proc.pid} | tr ' ' '\\n' | grep ^PATH=` shows its PATH"
-            if platform == "darwin"
-            else f"tr '\\0' '\\n' < /proc/{proc.pid}/environ | grep ^PATH="
-        )
-        try:
-            path_var = proc.environ().get("PATH", os.defpath)
-        except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
-            yield Check(
-                "guard", "warn", f"{who}: cannot read its environment", f"check by hand: {how}"
-            )
-            continue
-        except psutil.NoSuchProcess:
-            continue
-        first = None
-        for folder in path_var.split(os.pathsep):
-            candidate = os.path.join(folder or ".", "ffmpeg")
-            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-                first = candidate
-                break
-        try:
-            guarded = first is not None and GUARD_MARK in Path(first).read_bytes()[:512]
-        except OSError:
-            guarded = False
-        if guarded:
-            yield Check("guard", "ok", f"{who} runs the guarded ffmpeg {first}")
+        seen = process_ffmpeg(proc.pid, platform)
+        if seen.guarded is None:
+            if psutil.pid_exists(proc.pid):
+                yield Check(
+                    "guard",
+                    "warn",
+                    f"{who}: cannot read its environment",
+                    f"check by hand: {seen.how_to_check}",
+                )
+        elif seen.guarded:
+            yield Check("guard", "ok", f"{who} runs the guarded ffmpeg {seen.ffmpeg}")
         else:
             yield Check(
                 "guard",
                 "fail",
-                f"{who} finds ffmpeg at {first or 'nowhere'}, not the guard: its writes are not "
-                "reserved",
+                f"{who} finds ffmpeg at {seen.ffmpeg or 'nowhere'}, not the guard: its writes "
+                "are not reserved",
                 "`janitor shim install` prints how to put the guard first on the server's PATH; "
                 "then restart the server",
             )

@@ -105,7 +105,8 @@ def janitor_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JanitorEnv:
     for name in list(os.environ):
         if name.startswith("JANITOR_"):
             monkeypatch.delenv(name)
-    monkeypatch.delenv("BATCHALIGN_MEDIA_CACHE_DIR", raising=False)
+    for name in ("BATCHALIGN_MEDIA_CACHE_DIR", "BATCHALIGN_STATE_DIR", "BATCHALIGN_SERVER"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(env.home))
     monkeypatch.setenv("TMPDIR", str(env.tmp))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(env.config_home))

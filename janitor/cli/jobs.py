@@ -121,6 +121,7 @@ def run_(
     from janitor.sizes import format_size
 
     jan = open_janitor()
+    _check_route(command, require_fit=require_fit)
     if media:
         from janitor.cli.progress import probe_progress
 
@@ -159,6 +160,27 @@ def run_(
     for where, why in result.kept:
         say(f"kept {where}: {why}")
     raise typer.Exit(result.exit_code)
+
+
+def _check_route(command: list[str], *, require_fit: bool) -> None:
+    """Say where a batchalign3 command's ffmpeg will run and whether the guard sees it; with
+    --require-fit, refuse (75) a command whose writes no guard would reserve."""
+    from janitor.jobs.server import route
+
+    found = route(command)
+    if found is None or (found.protected and not found.sure):
+        return  # not batchalign3's CLI, and nothing a call inside it could miss
+    if require_fit and found.sure and not found.protected:
+        fail(
+            f"{found.message}; {command[0]} was not started (--require-fit). Fix: {found.fix}",
+            EXIT_TEMPFAIL,
+        )
+    if found.sure:
+        say(found.message)
+    else:
+        say(f"if {command[0]} runs batchalign3 without --no-server: {found.message}")
+    if not found.protected:
+        say(f"fix: {found.fix}")
 
 
 def _print_preflight(pre: Preflight) -> None:

@@ -26,7 +26,9 @@ from janitor.jobs.guard import GUARD_MARK, GuardError, find_real_ffmpeg
 __all__ = [
     "ShimState",
     "default_bin_dir",
+    "first_ffmpeg",
     "install",
+    "is_guard",
     "path_snippets",
     "script",
     "state",
@@ -80,7 +82,8 @@ def script(settings: Settings, *, python: str | None = None) -> str:
     )
 
 
-def _is_guard(path: Path) -> bool:
+def is_guard(path: str | os.PathLike[str]) -> bool:
+    """True when the file at ``path`` is a guard of ours (its mark in its first 512 bytes)."""
     try:
         with open(path, "rb") as f:
             return GUARD_MARK in f.read(512)
@@ -111,7 +114,8 @@ class ShimState:
         }
 
 
-def _first_ffmpeg(path_var: str) -> str | None:
+def first_ffmpeg(path_var: str) -> str | None:
+    """The ``ffmpeg`` a process with this ``PATH`` runs: the first executable file of that name."""
     for folder in path_var.split(os.pathsep):
         candidate = os.path.join(folder or ".", "ffmpeg")
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
@@ -125,10 +129,10 @@ def state(
     """What ``janitor shim status`` reports, for ``path_var`` (default: this process's PATH)."""
     folder = bin_dir or default_bin_dir()
     target = folder / "ffmpeg"
-    installed = _is_guard(target)
+    installed = is_guard(target)
     current = installed and target.read_text(errors="replace") == script(settings)
     path_var = os.environ.get("PATH", os.defpath) if path_var is None else path_var
-    first = _first_ffmpeg(path_var)
+    first = first_ffmpeg(path_var)
     first_on_path = first is not None and os.path.realpath(first) == os.path.realpath(target)
     try:
         env = {**os.environ, "PATH": path_var}
@@ -144,7 +148,7 @@ def install(settings: Settings, bin_dir: Path | None = None, *, dry_run: bool = 
     name is there and is not a guard of ours."""
     folder = bin_dir or default_bin_dir()
     target = folder / "ffmpeg"
-    if target.exists() and not _is_guard(target):
+    if target.exists() and not is_guard(target):
         raise ConfigError(f"{target} exists and is not a space-janitor guard; choose another --dir")
     if dry_run:
         return target
@@ -164,7 +168,7 @@ def uninstall(bin_dir: Path | None = None, *, dry_run: bool = False) -> Path | N
     target = (bin_dir or default_bin_dir()) / "ffmpeg"
     if not target.exists():
         return None
-    if not _is_guard(target):
+    if not is_guard(target):
         raise ConfigError(f"{target} is not a space-janitor guard; left alone")
     if not dry_run:
         target.unlink()

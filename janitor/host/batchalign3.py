@@ -1,0 +1,135 @@
+"""What batchalign3's installation says, read the way batchalign3 itself reads it.
+
+batchalign3 keeps its state in one folder: ``$BATCHALIGN_STATE_DIR``, else ``~/.batchalign3``
+(``/Users/ana/.batchalign3``). There live ``server.yaml`` (the server's port, 8000 unless set,
+and ``job_ttl_days``, 7), ``jobs.db`` (its job store), ``jobs/`` (uploads staged per job) and
+its logs. Its CLI hands a job to any local server that answers ``GET /health`` on
+``127.0.0.1:{port}`` within 500 ms with a JSON object; :func:`local_server` asks the same way.
+
+Nothing here writes into batchalign3's folders, and ``jobs.db`` is opened read-only.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_JOB_TTL_DAYS",
+    "DEFAULT_PORT",
+    "HEALTH_TIMEOUT_S",
+    "Health",
+    "ServerConfig",
+    "jobs_db",
+    "local_server",
+    "server_config",
+    "state_dir",
+]
+
+#: batchalign3's defaults (``crates/batchalign-app/src/types/config.rs``).
+DEFAULT_PORT = 8000
+DEFAULT_JOB_TTL_DAYS = 7
+#: How long batchalign3's CLI waits for a local server's ``/health`` before running in direct mode.
+HEALTH_TIMEOUT_S = 0.5
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    """batchalign3's state folder: ``$BATCHALIGN_STATE_DIR`` (trimmed, if not empty), else
+    ``$HOME/.batchalign3``, else the temp dir's ``.batchalign3``, as batchalign3 resolves it."""
+    env = os.environ if env is None else env
+    override = env.get("BATCHALIGN_STATE_DIR", "").strip()
+    if override:
+        return Path(override)
+    home = env.get("HOME")
+    return Path(home if home else tempfile.gettempdir()) / ".batchalign3"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """The parts of ``server.yaml`` the janitor needs, with batchalign3's defaults; ``problem``
+    says why the file could not be used (then the defaults hold, as batchalign3 would fail)."""
+
+    path: Path
+    port: int = DEFAULT_PORT
+    job_ttl_days: int = DEFAULT_JOB_TTL_DAYS
+    problem: str | None = None
+
+
+def server_config(env: Mapping[str, str] | None = None) -> ServerConfig:
+    """Read ``server.yaml`` from batchalign3's state folder; a missing file gives the defaults."""
+    path = state_dir(env) / "server.yaml"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ServerConfig(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        return ServerConfig(path, problem=f"cannot read {path}: {exc}")
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return ServerConfig(path, problem=f"{path} is not valid YAML: {exc}".splitlines()[0])
+    if data is None:
+        return ServerConfig(path)
+    if not isinstance(data, dict):
+        return ServerConfig(path, problem=f"{path} is not a mapping of keys")
+    port = data.get("port", DEFAULT_PORT)
+    ttl = data.get("job_ttl_days", DEFAULT_JOB_TTL_DAYS)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        return ServerConfig(path, problem=f"{path}: port {port!r} is not a TCP port")
+    if isinstance(ttl, bool) or not isinstance(ttl, int):
+        return ServerConfig(path, port or DEFAULT_PORT, problem=f"{path}: job_ttl_days {ttl!r}")
+    # batchalign3's validate(): port 0 becomes 8000, a TTL under one day becomes one day.
+    return ServerConfig(path, port or DEFAULT_PORT, max(1, ttl))
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """A local batchalign3 server that answered ``/health``: its port and what it said."""
+
+    port: int
+    version: str
+    active_jobs: int
+
+
+def local_server(port: int, *, timeout: float = HEALTH_TIMEOUT_S) -> Health | None:
+    """The batchalign3 server answering on ``127.0.0.1:port``, or None.
+
+    Answers as batchalign3's CLI decides: a JSON object from ``GET /health`` whose ``status``
+    is ``ok`` or absent (every field of its ``HealthResponse`` has a default), within
+    ``timeout`` seconds. Anything else (refused, slow, not JSON) is no server: the CLI then
+    runs the job itself.
+    """
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", "/health", headers={"Accept": "application/json"})
+        resp = conn.getresponse()
+        body = resp.read(1 << 20)
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("status", "ok") != "ok":
+        return None
+    active = data.get("active_jobs", 0)
+    return Health(
+        port,
+        str(data.get("version", "")),
+        active if isinstance(active, int) and not isinstance(active, bool) else 0,
+    )
+
+
+def jobs_db(env: Mapping[str, str] | None = None) -> Path:
+    """batchalign3's job store (``~/.batchalign3/jobs.db``): read with
+    :func:`janitor.ledger.foreign.active_jobs`."""
+    return state_dir(env) / "jobs.db"
