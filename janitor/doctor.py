@@ -6,10 +6,7 @@ any check fails.
 
 from __future__ import annotations
 
-import http.client
-import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -21,6 +18,7 @@ from typing import Any, Literal
 from janitor.config.settings import Settings
 from janitor.errors import JanitorError, LedgerError
 from janitor.host.fdwalk import tree_shape
+from janitor.jobs.run_daemon import daemon_status
 
 __all__ = ["Check", "run_checks"]
 
@@ -38,33 +36,6 @@ class Check:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float = 2.0) -> None:
-        super().__init__("janitor", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self._path)
-
-
-def daemon_status(sock: Path, timeout: float = 2.0) -> dict[str, Any] | None:
-    """``GET /v1/status`` over the daemon's socket, or None if nothing answers."""
-    conn = _UnixHTTPConnection(str(sock), timeout)
-    try:
-        conn.request("GET", "/v1/status")
-        resp = conn.getresponse()
-        if resp.status != 200:
-            return None
-        data: dict[str, Any] = json.loads(resp.read())
-        return data
-    except (OSError, ValueError, http.client.HTTPException):
-        return None
-    finally:
-        conn.close()
 
 
 def run_checks(
@@ -240,7 +211,16 @@ def _daemon_checks(settings: Settings) -> Iterator[Check]:
     daemon = status.get("daemon", {})
     polled = [t["name"] for t in daemon.get("trees", []) if t.get("watch") != "watching"]
     msg = f"running, pid {daemon.get('pid', '?')}"
-    if polled:
+    theirs = str(daemon.get("policy") or "")
+    if theirs and os.path.realpath(theirs) != os.path.realpath(settings.policy_path):
+        yield Check(
+            "daemon",
+            "warn",
+            msg + f", with policy {theirs}, not {settings.policy_path} (this shell's): it "
+            "cannot admit this shell's guarded writes, which open the ledger themselves",
+            "restart the daemon with this policy, or point JANITOR_POLICY at the daemon's",
+        )
+    elif polled:
         yield Check(
             "daemon",
             "warn",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,7 +21,9 @@ from janitor.cli.common import (
 from janitor.errors import EXIT_PROBLEM, EXIT_TEMPFAIL
 
 if TYPE_CHECKING:
+    from janitor.core import Janitor
     from janitor.jobs.run import Preflight
+    from janitor.jobs.run_daemon import RunDaemon
 
 __all__ = ["estimate", "exec_", "run_", "shim_install", "shim_status", "shim_uninstall"]
 
@@ -109,6 +112,14 @@ def run_(
     keep: Annotated[
         bool, typer.Option("--keep", help="Leave the job folders COMMAND left behind.")
     ] = False,
+    no_daemon: Annotated[
+        bool,
+        typer.Option(
+            "--no-daemon",
+            help="With no daemon running, do not start one for the run (each guarded call "
+            "then opens the ledger itself: slower).",
+        ),
+    ] = False,
 ) -> None:
     """Run COMMAND with the guarded ffmpeg first on its PATH; exit with COMMAND's code.
 
@@ -117,11 +128,32 @@ def run_(
     temp folders it left behind, removed with every deleter check.
     """
     lasting()
-    from janitor.jobs.run import preflight, run_command
-    from janitor.sizes import format_size
+    from janitor.jobs.run_daemon import run_daemon
 
     jan = open_janitor()
     _check_route(command, require_fit=require_fit)
+    daemon = run_daemon(jan.settings, secrets.token_hex(4), start=not no_daemon)
+    try:
+        _run(jan, command, media, concurrency, require_fit=require_fit, keep=keep, daemon=daemon)
+    finally:
+        daemon.stop()
+
+
+def _run(
+    jan: Janitor,
+    command: list[str],
+    media: list[Path] | None,
+    concurrency: int,
+    *,
+    require_fit: bool,
+    keep: bool,
+    daemon: RunDaemon,
+) -> None:
+    from janitor.jobs.run import preflight, run_command
+    from janitor.sizes import format_size
+
+    if daemon.notable:
+        say(daemon.note)
     if media:
         from janitor.cli.progress import probe_progress
 
@@ -142,7 +174,10 @@ def run_(
                 + f"; {command[0]} was not started (free space, or run fewer files at once)",
                 EXIT_TEMPFAIL,
             )
-    result = run_command(jan, command, clean=not keep)
+    problem = daemon.wait_ready()
+    if problem:
+        say(problem)
+    result = run_command(jan, command, clean=not keep, daemon=daemon)
     line = (
         f"run {result.run_id}: {result.grants} reservations of its guarded writes held "
         f"{format_size(result.reserved)}, wrote {format_size(result.written)}"

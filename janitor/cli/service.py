@@ -25,6 +25,14 @@ __all__ = [
 
 def daemon(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Log to the log file only.")] = False,
+    admission_only: Annotated[
+        bool,
+        typer.Option(
+            "--admission-only",
+            help="Admit, queue and watch reservations only: no sweeps, watches, ballast or "
+            "folder removal (what `janitor run` starts for itself).",
+        ),
+    ] = False,
 ) -> None:
     """Run the janitor service in the foreground (launchd/systemd start it this way).
 
@@ -36,7 +44,7 @@ def daemon(
     lasting()
     s = settings()
     own_state_dir(s)  # never root in a user's state dir
-    code = Daemon(s, log_to_stderr=not quiet).run()
+    code = Daemon(s, log_to_stderr=not quiet, admission_only=admission_only).run()
     raise typer.Exit(code)
 
 

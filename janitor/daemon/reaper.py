@@ -20,8 +20,11 @@ PRUNE_INTERVAL_S = 3600.0
 class Reaper:
     """The ``reap`` job."""
 
-    def __init__(self, janitor: Janitor, stop: threading.Event) -> None:
+    def __init__(
+        self, janitor: Janitor, stop: threading.Event, remove_orphans: bool = True
+    ) -> None:
         self.janitor = janitor
+        self.remove_orphans = remove_orphans  # False in a run's own daemon: it deletes nothing
         self._stop = stop
         self._pruned: float | None = None  # monotonic time of the last Ledger.prune
 
@@ -34,7 +37,9 @@ class Reaper:
             log.info("job %s (%s) %s: %s", end.job.id, end.job.folder, end.state, end.why)
         # Every orphan, not only those that became one now: a sweep may have marked it, or a
         # file still open in it (the dead writer's last ffmpeg) kept it at the last try.
-        if any(j.state == "orphan" and not j.foreign for j in self.janitor.jobs()):
+        if self.remove_orphans and any(
+            j.state == "orphan" and not j.foreign for j in self.janitor.jobs()
+        ):
             for job in self.janitor.remove_orphans():
                 log.info("removed the folder of orphaned job %s: %s", job.id, job.folder)
         if self._pruned is None or time.monotonic() - self._pruned >= PRUNE_INTERVAL_S:

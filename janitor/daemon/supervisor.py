@@ -8,9 +8,8 @@ pressure, releasing ballast and putting jobs at risk when it turns critical (:mo
 (:mod:`.policy_reload`); and serves the HTTP API on a Unix socket (:mod:`.server`). One daemon
 per user (:mod:`.lock`).
 
-Idle, it does not poll: the main thread sleeps on a wake-up pipe (signals, stop, reload), the
-debounce and eviction threads on their conditions, the API's event loop in epoll, and the
-scheduler until the next periodic job (the volume sample, every ``sample_interval_s``).
+Idle, it does not poll: each thread sleeps on a pipe, a condition, epoll or the next periodic job.
+A run's own daemon (``admission_only``) admits and watches risk only: it deletes nothing.
 """
 
 from __future__ import annotations
@@ -55,8 +54,11 @@ REARM_INTERVAL_S = 5.0
 class Daemon:
     """The background service. ``run()`` blocks until SIGTERM/SIGINT (or ``stop()``)."""
 
-    def __init__(self, settings: Settings, *, log_to_stderr: bool = True) -> None:
+    def __init__(
+        self, settings: Settings, *, log_to_stderr: bool = True, admission_only: bool = False
+    ) -> None:
         self.settings = settings
+        self.admission_only = admission_only  # no sweeps, watches, ballast or orphan removal
         self.log_to_stderr = log_to_stderr
         self.bus = EventBus()
         self.state = DaemonState(pid=os.getpid(), started=time.time(), version=__version__)
@@ -79,14 +81,16 @@ class Daemon:
                 self.janitor = Janitor.from_settings(self.settings)
                 reloader = self._start(self.janitor)
                 log.info(
-                    "janitor daemon %s started (pid %d, socket %s, policy %s)",
+                    "janitor daemon %s started (pid %d, socket %s, policy %s%s)",
                     self.state.version,
                     os.getpid(),
                     self.settings.socket_path,
                     self.settings.policy_path,
+                    ", admission only: for a run" if self.admission_only else "",
                 )
                 self.bus.publish("started", pid=os.getpid())
-                self._control_loop(guarded(reloader.check_policy, self._stop))
+                check = reloader.check_policy if not self.admission_only else lambda: None
+                self._control_loop(guarded(check, self._stop))
                 return 0
             finally:
                 self._shutdown()
@@ -128,21 +132,21 @@ class Daemon:
             counters=counters,
             status_file=StatusFile(view, s.status_path),
         )
+        keeps = not self.admission_only  # sweeps, watches, ballast and orphan removal
         scheduler.every(s.sample_interval_s, sampler.sample, name="sample", delay=0.0)
-        scheduler.every(s.sweep_interval_s, sweeper.sweep_all, name="sweep", delay=1.0)
-        scheduler.every(s.reap_interval_s, Reaper(jan, stop).reap, name="reap", delay=0.5)
-        # Changed trees are swept when the watcher reports them, not by a poll; the policy file
-        # is watched too, and also compared here (a symlinked or unwatchable file).
-        scheduler.every(REARM_INTERVAL_S, reloader.rearm, name="rearm")
+        scheduler.every(s.reap_interval_s, Reaper(jan, stop, keeps).reap, name="reap", delay=0.5)
+        if keeps:
+            scheduler.every(s.sweep_interval_s, sweeper.sweep_all, name="sweep", delay=1.0)
+            # Changed trees are swept when the watcher reports them, not by a poll; the policy
+            # file is watched too, and also compared here (a symlinked or unwatchable file).
+            scheduler.every(REARM_INTERVAL_S, reloader.rearm, name="rearm")
         self._server = ApiServer(view, s, stop, on_failure=partial(self._wakeup.wake, b"x"))
         prepare_leases()
         for service in (
             OnStop(jan.ledger.close),  # this thread's connection: the last one folds the WAL
             SignalHandlers(self._wakeup),
             counters,
-            ballast,
-            watching,
-            sweeper,
+            *((ballast, watching, sweeper) if keeps else ()),
             scheduler,
             self._server,
         ):

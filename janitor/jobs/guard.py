@@ -399,7 +399,8 @@ class _DaemonHold(_Hold):
         if status == 507 and isinstance(body, dict) and body.get("error") in _REFUSALS:
             raise Refused(body.get("output") or "", body)
         if status != 200:
-            raise GuardError(f"the daemon answered {status}: {body}")
+            said = body.get("message") if isinstance(body, dict) else None
+            raise GuardError(f"the daemon answered {status}: {said or body}")
         _unpack(self, body)
 
     def cover(self, pid: int) -> None:
@@ -735,8 +736,10 @@ def _hold(request: dict[str, Any], socket_path: str | None, log_dir: str | None)
             except (Refused, Stopped):
                 daemon.close()
                 raise
-            except (GuardError, OSError, ValueError):
-                daemon.close()  # another policy, an old daemon: the library decides
+            except (GuardError, OSError, ValueError) as exc:
+                daemon.close()  # another policy, an old daemon: the library decides, said so
+                _log(log_dir, f"the daemon at {path} did not take this call ({exc}); "
+                     "reserving through the ledger")  # fmt: skip
     return _LibraryHold(request, log_dir)
 
 

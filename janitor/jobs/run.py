@@ -32,6 +32,7 @@ from janitor.errors import ConfigError
 
 if TYPE_CHECKING:
     from janitor.core import Janitor
+    from janitor.jobs.run_daemon import RunDaemon
 
 __all__ = [
     "CONVERTED",
@@ -356,9 +357,11 @@ def run_command(
     *,
     env: dict[str, str] | None = None,
     clean: bool = True,
+    daemon: RunDaemon | None = None,
 ) -> RunResult:
-    """Run ``command`` with the guarded ffmpeg first on its PATH; afterwards, sum up what its
-    guarded writes reserved and wrote and remove the job folders that are its own."""
+    """Run ``command`` with the guarded ffmpeg first on its PATH (its calls going to
+    ``daemon``, stopped once the command ends); afterwards, sum up what its guarded writes
+    reserved and wrote and remove the job folders that are its own."""
     from janitor.jobs.supervise import Supervised, exit_code, forward_signals, restore_signals
 
     if not command:
@@ -376,6 +379,8 @@ def run_command(
     child_env["JANITOR_RUN"] = run_id
     if jan.settings.policy is not None or "JANITOR_POLICY" in os.environ:
         child_env["JANITOR_POLICY"] = str(jan.settings.policy_path)
+    if daemon is not None:
+        child_env.update(daemon.env)
     try:
         child, previous = forward_signals(lambda: Supervised(list(command), env=child_env))
     except OSError as exc:
@@ -386,6 +391,8 @@ def run_command(
         restore_signals(previous)
         if child.returncode is None:
             child.stop(5.0)
+        if daemon is not None:
+            daemon.stop()  # before the summary: nothing else reaps or removes meanwhile
     assert returncode is not None
     return _summary(jan, exit_code(returncode), run_id, label, started, before, clean=clean)
 
