@@ -83,6 +83,9 @@ def _checks(
                 f"{path} is a symlink; the janitor will not follow it",
                 "point the policy at the real folder",
             )
+        elif not path.exists() and tree.role == "report":
+            yield Check(f"tree {name}", "ok", f"report at {path}: not there, nothing to report")
+            continue
         elif not path.exists():
             yield Check(
                 f"tree {name}",

@@ -5,7 +5,6 @@ Reading status never writes the ledger, so it works on a read-only state dir and
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -99,15 +98,7 @@ class Status:
 
 
 def _dir_unit_matches(tree: TreePolicy, unit: Path) -> bool:
-    if not fnmatch.fnmatchcase(unit.name, tree.unit_glob):
-        return False
-    if not tree.unit_requires:
-        return True
-    try:
-        names = os.listdir(unit)
-    except OSError:
-        return False
-    return any(fnmatch.fnmatchcase(n, pat) for n in names for pat in tree.unit_requires)
+    return tree.is_unit_folder(unit.name, lambda: os.listdir(unit))
 
 
 def tree_usage(tree: TreePolicy) -> int:

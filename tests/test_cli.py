@@ -411,7 +411,15 @@ def test_default_policy_status_works(run_cli: Cli) -> None:
     """The README's quick start: ``janitor status`` on the shipped policy, on a fresh machine."""
     data = _json(_ok(run_cli("status", "--json")))
     _is_shipped_policy(data["policy"])
-    assert {t["name"] for t in data["trees"]} == {"media_cache", "job_tmp"}
+    assert {t["name"] for t in data["trees"]} == {
+        "media_cache",
+        "job_tmp",
+        "batchalign3_logs",
+        "batchalign3_jobs",
+        "hf_hub",
+        "stanza",
+        "analysis_cache",
+    }
 
 
 def test_policy_validate(tmp_path: Path, run_cli_many: Any) -> None:
@@ -480,7 +488,7 @@ def test_a_bad_policy_with_many_problems_lists_ten(tmp_path: Path, run_cli: Cli)
     lines = done.stderr.splitlines()
     assert lines[0] == f"janitor: error: policy file {bad} has 12 problems:"
     assert lines[1:3] == [
-        '  trees.t0.role = "junk": wanted "cache" or "scratch"',
+        '  trees.t0.role = "junk": wanted "cache", "scratch" or "report"',
         '  trees.t0.path = 5: wanted a folder path in quotes, e.g. "{user_cache_dir}/pip"',
     ]
     assert len(lines) == 12 and lines[-1] == "  ... and 2 more problems"

@@ -331,7 +331,10 @@ ONE_PROBLEM = [
     ('[trees.t]\nrole = "archive"\npath = "/srv/x"\n', 'trees.t.role = "archive": wanted "cache"'),
     (TREE + 'units = "dirs"\n', 'trees.t.units = "dirs": wanted "file" or "dir"'),
     # missing keys
-    ('[trees.t]\npath = "/srv/x/y"\n', 'trees.t.role: missing; wanted "cache" or "scratch"'),
+    (
+        '[trees.t]\npath = "/srv/x/y"\n',
+        'trees.t.role: missing; wanted "cache", "scratch" or "report"',
+    ),
     ('[trees.t]\nrole = "cache"\n', "trees.t.path: missing; wanted a folder path in quotes"),
     ('[volumes.big]\nfloor = "1G"\n', "volumes.big.path: missing; wanted any path on the volume"),
     # paths
@@ -423,7 +426,10 @@ def test_more_than_ten_problems_are_counted_not_listed(tmp_path: Path) -> None:
     lines = str(_load_error(path)).splitlines()
     assert len(lines) == 1 + MAX_PROBLEMS_SHOWN + 1
     assert lines[-1] == "  ... and 3 more problems"
-    assert lines[MAX_PROBLEMS_SHOWN] == '  trees.t9.role = "junk": wanted "cache" or "scratch"'
+    assert (
+        lines[MAX_PROBLEMS_SHOWN]
+        == '  trees.t9.role = "junk": wanted "cache", "scratch" or "report"'
+    )
 
 
 def test_policy_error_pickles_with_its_problems(tmp_path: Path) -> None:
@@ -495,14 +501,22 @@ def test_shipped_policy_loads(janitor_env: JanitorEnv) -> None:
     path = shipped_policy_path()
     assert path.is_file(), path
     pol = load_policy(path, state_dir=janitor_env.state_dir)
-    assert set(pol.trees) == {"media_cache", "job_tmp"}
+    assert set(pol.trees) == {
+        "media_cache",
+        "job_tmp",
+        "batchalign3_logs",
+        "batchalign3_jobs",
+        "hf_hub",
+        "stanza",
+        "analysis_cache",
+    }
     media, job = pol.trees["media_cache"], pol.trees["job_tmp"]
     assert media.role == "cache"
     assert job.role == "scratch"
     assert job.path == janitor_env.tmp
     assert job.units == "dir"
-    assert job.unit_glob == ".tmp*"
-    assert "fa_v2" in job.unit_requires
+    rules = dict(job.unit_rules())
+    assert "fa_v2" in rules[".tmp*"] and "mono_file.wav" in rules["tmp*"]
     assert media.lock == "{key}.wav.lock"
 
 
@@ -524,7 +538,15 @@ def test_shipped_media_cache_follows_the_pipeline_variable(
 def test_shipped_policy_is_the_default(janitor_env: JanitorEnv) -> None:
     jan = Janitor.from_settings()
     assert jan.policy.source == shipped_policy_path()
-    assert set(jan.policy.trees) == {"media_cache", "job_tmp"}
+    assert set(jan.policy.trees) == {
+        "media_cache",
+        "job_tmp",
+        "batchalign3_logs",
+        "batchalign3_jobs",
+        "hf_hub",
+        "stanza",
+        "analysis_cache",
+    }
 
 
 def test_user_policy_in_the_config_dir_beats_the_shipped_one(

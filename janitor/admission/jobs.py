@@ -22,7 +22,6 @@ Everything here runs inside the caller's write transaction (janitor.jobs.writes 
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import stat
 import time
@@ -81,19 +80,14 @@ def job_folder(policy: Policy, tree: str, path: str) -> JobFolder | None:
     if not path.startswith(root + os.sep):
         return None
     head, sep, _ = path[len(root) + 1 :].partition(os.sep)
-    if not sep or not fnmatch.fnmatchcase(head, tp.unit_glob):
+    if not sep:
         return None
     folder = os.path.join(root, head)
     try:
         st = os.lstat(folder)
-        names = os.listdir(folder) if tp.unit_requires else []
+        if not stat.S_ISDIR(st.st_mode) or not tp.is_unit_folder(head, lambda: os.listdir(folder)):
+            return None
     except OSError:
-        return None
-    if not stat.S_ISDIR(st.st_mode):
-        return None
-    if tp.unit_requires and not any(
-        fnmatch.fnmatchcase(n, pat) for n in names for pat in tp.unit_requires
-    ):
         return None
     return JobFolder(tree, folder, st.st_dev, st.st_ino)
 

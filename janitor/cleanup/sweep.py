@@ -192,6 +192,7 @@ def _protection(
             sources.update(s.source for s in job.sources if s.pin)
         elif _still(job) and not job.foreign:
             orphans.add(job.folder)
+    live.update(_active_staging(scanned))
     if opened is None:
         opened = open_inodes(devices)
     return Protection(
@@ -202,6 +203,21 @@ def _protection(
         frozenset(live),
         frozenset(orphans),
     )
+
+
+def _active_staging(scanned: Scanned) -> set[str]:
+    """The folders of a staging tree (``active_jobs``) named for a job its program holds as
+    queued or running: kept as a live job's folder. Unreadable job store: age alone judges."""
+    from janitor.host.batchalign3 import jobs_db
+    from janitor.ledger.foreign import active_jobs
+
+    folders: set[str] = set()
+    for snap, _table, tree in scanned:
+        if tree.active_jobs != "batchalign3":
+            continue
+        ids = active_jobs(jobs_db())
+        folders.update(os.path.join(snap.root, i) for i in ids or ())
+    return folders
 
 
 def _still(job: JobInfo) -> bool:

@@ -565,23 +565,24 @@ def _dir_units(
     include: re.Pattern[str] | None,
     exclude: re.Pattern[str] | None,
 ) -> UnitTable:
-    glob = re.compile(fnmatch.translate(tree.unit_glob))
-    requires = _globs(tree.unit_requires)
+    # Each rule: a folder glob and what one of its entries must be named (TreePolicy.unit_rules).
+    rules = [(re.compile(fnmatch.translate(g)), _globs(req)) for g, req in tree.unit_rules()]
     heads: dict[str, Entry] = {}
     members: dict[str, list[Entry]] = {}
-    marked: set[str] = set()
     for e in snapshot.entries:
-        head, sep, rest = e.rel.partition("/")
+        head, sep, _ = e.rel.partition("/")
         if not sep:
-            if stat.S_ISDIR(e.mode) and glob.match(head):
+            if stat.S_ISDIR(e.mode) and any(g.match(head) for g, _ in rules):
                 heads[head] = e
             continue
         members.setdefault(head, []).append(e)
-        if requires is not None and "/" not in rest and requires.match(rest):
-            marked.add(head)
     units = []
     for head, folder in heads.items():
-        if requires is not None and head not in marked:
+        names = [e.rel[len(head) + 1 :] for e in members.get(head, ())]
+        names = [n for n in names if "/" not in n]
+        if not any(
+            g.match(head) and (req is None or any(map(req.match, names))) for g, req in rules
+        ):
             continue  # a .tmp* folder of some other program: not ours to judge
         if include is not None and not include.match(head):
             continue

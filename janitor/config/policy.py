@@ -18,12 +18,13 @@ Paths expand ``${VAR}``, ``${VAR:-fallback}``, ``~`` and the placeholders ``{use
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
 import tempfile
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date, time
 from pathlib import Path
@@ -105,7 +106,9 @@ FORBIDDEN_SUBTREES = (
 )
 
 _PLACEHOLDER_RE = re.compile(r"(?<!\$)\{([a-z_]+)\}")
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+#: ``${VAR}`` or ``${VAR:-fallback}`` with no ``${`` inside: expanded innermost first, so a
+#: fallback may hold another (``${HF_HUB_CACHE:-${HF_HOME:-~/.cache/huggingface}/hub}``).
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-((?:(?!\$\{)[^}])*))?\}")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _BARE_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -197,7 +200,11 @@ def expand_path(raw: str) -> Path:
 
     # Placeholders first, so a fallback may use them; a variable's value is taken verbatim.
     text = _PLACEHOLDER_RE.sub(_placeholder, raw)
-    text = _ENV_RE.sub(env, text)
+    while True:
+        expanded = _ENV_RE.sub(env, text)
+        if expanded == text:
+            break
+        text = expanded
     path = Path(os.path.expanduser(text))
     if not path.is_absolute():
         raise ValueError("not an absolute path; start it with /, ~ or a placeholder such as {home}")
@@ -289,7 +296,7 @@ class TreePolicy(_Model):
     """One managed folder and the rules for what in it may be deleted, and when."""
 
     name: str = ""
-    role: Literal["cache", "scratch"]
+    role: Literal["cache", "scratch", "report"]
     path: Path
     quota: Size | None = None
     low_watermark: Size = SizeSpec(percent=90.0)
@@ -300,7 +307,11 @@ class TreePolicy(_Model):
     exclude: tuple[str, ...] = ()
     units: Literal["file", "dir"] = "file"
     unit_glob: str = "*"
-    unit_requires: tuple[str, ...] = ()
+    unit_requires: tuple[str, ...] | dict[str, tuple[str, ...]] = ()
+    active_jobs: Literal["batchalign3"] | None = Field(
+        default=None,
+        description="Never a folder named for a queued or running job of this program.",
+    )
     group: str | None = Field(
         default=None, description="Regex with a named group 'key': matching files form one unit."
     )
@@ -312,6 +323,23 @@ class TreePolicy(_Model):
     @classmethod
     def _expand(cls, value: Any) -> Any:
         return expand_path(value) if isinstance(value, str) else value
+
+    @field_validator("unit_requires", mode="before")
+    @classmethod
+    def _requires(cls, value: Any) -> Any:
+        """A list of globs, or a table of them by folder glob; one problem line otherwise
+        (not one per member of the type's union)."""
+
+        def globs(v: Any) -> bool:
+            return isinstance(v, list | tuple) and all(isinstance(g, str) for g in v)
+
+        if globs(value):
+            return tuple(value)
+        if isinstance(value, dict) and value and all(globs(v) for v in value.values()):
+            return {str(k): tuple(v) for k, v in value.items()}
+        raise PydanticCustomError(
+            "policy", "{reason}", {"reason": f"wanted {_WANTED['unit_requires']}"}
+        )
 
     @field_validator("group")
     @classmethod
@@ -348,6 +376,21 @@ class TreePolicy(_Model):
     @model_validator(mode="after")
     def _consistent(self) -> TreePolicy:
         problems = []
+        if self.role == "report":
+            for key in ("quota", "max_age"):
+                if getattr(self, key) is not None:
+                    why = 'a report tree is measured, never deleted from; use role = "cache"'
+                    problems.append(_problem((key,), why, str(getattr(self, key))))
+        if isinstance(self.unit_requires, dict) and "unit_glob" in self.model_fields_set:
+            why = "with a table of unit_requires, its keys are the folder globs; drop unit_glob"
+            problems.append(_problem(("unit_glob",), why, self.unit_glob))
+        for key in ("unit_requires", "active_jobs"):
+            if key in self.model_fields_set and self.units != "dir":
+                why = 'applies to units = "dir" only'
+                problems.append(_problem((key,), why, str(getattr(self, key))))
+        if self.active_jobs is not None and self.role != "scratch":
+            why = 'applies to role = "scratch" only'
+            problems.append(_problem(("active_jobs",), why, self.active_jobs))
         low, quota = self.low_watermark.nbytes, self.quota.nbytes if self.quota else None
         if low is not None and quota is not None and low > quota:
             why = f"must not exceed quota ({self.quota})"
@@ -358,6 +401,40 @@ class TreePolicy(_Model):
         if problems:
             _raise("TreePolicy", problems)
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ttl_of_active_jobs(cls, data: Any) -> Any:
+        """A staging tree of batchalign3's jobs keeps them as long as batchalign3 does:
+        orphan_age, when not written, is its ``server.yaml``'s ``job_ttl_days``."""
+        batchalign = isinstance(data, dict) and data.get("active_jobs") == "batchalign3"
+        if batchalign and "orphan_age" not in data:
+            from janitor.host.batchalign3 import server_config
+
+            data = {**data, "orphan_age": server_config().job_ttl_days * 86400.0}
+        return data
+
+    def unit_rules(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """For ``units = "dir"``: each (folder glob, globs of which one must name an entry
+        directly inside it; empty: any folder). A table of unit_requires gives one per key."""
+        if isinstance(self.unit_requires, dict):
+            return tuple((glob, tuple(req)) for glob, req in self.unit_requires.items())
+        return ((self.unit_glob, tuple(self.unit_requires)),)
+
+    def is_unit_folder(self, name: str, entries: Callable[[], Iterable[str]]) -> bool:
+        """Whether a folder ``name`` right under the root is one of this tree's units;
+        ``entries`` lists the names inside it (asked only when a rule needs them)."""
+        inside: list[str] | None = None
+        for glob, requires in self.unit_rules():
+            if not fnmatch.fnmatchcase(name, glob):
+                continue
+            if not requires:
+                return True
+            if inside is None:
+                inside = list(entries())
+            if any(fnmatch.fnmatchcase(n, pat) for n in inside for pat in requires):
+                return True
+        return False
 
     def quota_bytes(self, volume_total: int) -> int | None:
         """The quota in bytes (a percentage is of the volume), or None."""
@@ -425,7 +502,8 @@ class Policy(_Model):
             # Overlaps are checked among the trees whose path is good (their table may not be).
             bad_paths = {err["loc"][0] for err in errors if err["loc"][1:2] in (("path",), ())}
             roots = _roots({n: b for n, b in value.items() if n not in bad_paths})
-        problems += _overlaps(roots)
+        excludes = {n: _excludes(b) for n, b in value.items() if isinstance(b, dict)}
+        problems += _overlaps(roots, excludes)
         problems += _holding_state(roots, (info.context or {}).get("state_dir"))
         if problems:
             # In the file's order, each tree's problems together (a stable sort).
@@ -473,19 +551,37 @@ def _roots(bodies: dict[str, Any]) -> dict[str, Path]:
     return roots
 
 
-def _overlaps(roots: dict[str, Path]) -> list[InitErrorDetails]:
-    """A problem for each tree whose root is another's, or inside another's."""
+def _excludes(body: dict[str, Any]) -> tuple[str, ...]:
+    raw = body.get("exclude", ())
+    return tuple(p for p in raw if isinstance(p, str)) if isinstance(raw, list | tuple) else ()
+
+
+def _overlaps(
+    roots: dict[str, Path], excludes: dict[str, tuple[str, ...]] | None = None
+) -> list[InitErrorDetails]:
+    """A problem for each tree whose root is another's, or inside another's, unless that
+    other tree leaves it out with an ``exclude`` glob (``"jobs/*"``: the state folder's logs
+    beside its staging folder): then no file is judged by both."""
     ordered = sorted((path, name) for name, path in roots.items())
+    excludes = excludes or {}
     problems = []
     for j, (b, bn) in enumerate(ordered):
         # Sorted, so the roots that could hold b come before it; the nearest one is named.
         for a, an in reversed(ordered[:j]):
+            if a != b and b.is_relative_to(a) and _left_out(b.relative_to(a), excludes.get(an)):
+                continue
             if a == b or b.is_relative_to(a):
                 where = "the same folder as" if a == b else "inside"
                 why = f"{where} the root of trees.{_key_part(an)} ({a}); trees must not overlap"
                 problems.append(_problem((bn, "path"), why, str(b)))
                 break
     return problems
+
+
+def _left_out(rel: Path, patterns: tuple[str, ...] | None) -> bool:
+    """True when an exclude glob of the outer tree covers everything below ``rel``."""
+    probe = f"{rel.as_posix()}/x"
+    return any(fnmatch.fnmatchcase(probe, p) for p in patterns or ())
 
 
 def _holding_state(roots: dict[str, Path], state_dir: Path | None) -> list[InitErrorDetails]:
@@ -578,7 +674,8 @@ _GLOBS = 'a list of globs in quotes, e.g. ["*.wav"]'
 _WANTED = {
     "tree.path": 'a folder path in quotes, e.g. "{user_cache_dir}/pip"',
     "volumes.path": 'any path on the volume these numbers are for, e.g. "/mnt/data"',
-    "role": '"cache" or "scratch"',
+    "role": '"cache", "scratch" or "report"',
+    "active_jobs": '"batchalign3"',
     "units": '"file" or "dir"',
     "quota": _SIZE,
     "low_watermark": _SIZE,
@@ -595,7 +692,8 @@ _WANTED = {
     "include[]": 'a glob in quotes, e.g. "*.wav"',
     "exclude[]": 'a glob in quotes, e.g. "*.tmp"',
     "unit_glob": 'a glob in quotes, e.g. ".tmp*"',
-    "unit_requires": 'a list of file names in quotes, e.g. ["done"]',
+    "unit_requires": 'a list of file names in quotes, e.g. ["done"], or a table of them by '
+    'folder glob, e.g. {"tmp*" = ["done"]}',
     "unit_requires[]": 'a file name in quotes, e.g. "done"',
     # In single quotes, as TOML wants a backslash written: '\.' in double quotes is an error.
     "group": "a regular expression with a group named key, e.g. '(?P<key>.+)\\.wav'",

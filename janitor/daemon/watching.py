@@ -39,7 +39,8 @@ class Watching:
     def start(self) -> None:
         """Watch the current policy's trees and its file."""
         self._watcher = TreeWatcher(
-            list(self.janitor.policy.trees.values()),
+            # A report tree is measured, never swept: nothing to watch (and no root to make).
+            [t for t in self.janitor.policy.trees.values() if t.role != "report"],
             self.on_dirty,
             quiet_s=self.settings.debounce_s,
             max_delay_s=self.settings.debounce_max_s,
