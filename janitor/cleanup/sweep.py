@@ -11,9 +11,9 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,9 @@ class SweepResult:
     plan: Plan
     report: Report
     unswept: tuple[str, ...] = ()
+    #: Allocated bytes below each swept tree's root as the scan found them (what `janitor
+    #: space` shows without walking the trees a second time).
+    sizes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def warnings(self) -> tuple[str, ...]:
@@ -274,9 +277,16 @@ def run_sweep(
     dry_run: bool = False,
     pressure: bool = True,
     progress: Callable[[str, int], None] | None = None,
+    names: Sequence[str] | None = None,
 ) -> SweepResult:
-    """Bring one tree (or all) within policy: quotas, ages, orphans, then volume pressure."""
-    trees = [policy.tree(tree)] if tree is not None else list(policy.trees.values())
+    """Bring one tree (or ``names``, or all) within policy: quotas, ages, orphans, then volume
+    pressure."""
+    if tree is not None:
+        trees = [policy.tree(tree)]
+    elif names is not None:
+        trees = [policy.tree(n) for n in names]
+    else:
+        trees = list(policy.trees.values())
     prepare_leases()
     early = _devices_of(trees)
     opened = open_inodes(early)  # before the locks: see _protection
@@ -318,7 +328,8 @@ def run_sweep(
                     )
                     plan = plan.merged(Plan(extra.items, ()))
         report = apply(plan, ledger=ledger, dry_run=dry_run, open_set=protection.open)
-    return SweepResult(plan, report, tuple(_unswept(trees)))
+    sizes = {tp.name: snap.total for snap, _, tp in scanned if snap.exists}
+    return SweepResult(plan, report, tuple(_unswept(trees)), sizes)
 
 
 def _unswept(trees: Sequence[TreePolicy]) -> Iterator[str]:

@@ -17,7 +17,7 @@ from janitor.cli.common import (
     settings,
 )
 
-__all__ = ["log_", "paths", "status"]
+__all__ = ["log_", "paths", "space", "status"]
 
 
 def status(
@@ -48,6 +48,27 @@ def status(
                 time.sleep(interval)
     except KeyboardInterrupt:
         pass
+
+
+def space(as_json: JsonOpt = False) -> None:
+    """Why is my disk full: what takes each volume's space, largest first.
+
+    Each tree (and what a sweep would free there now), the pipeline's folders that no tree
+    manages (models, a media cache elsewhere), TMPDIR's other files, and the rest of the
+    volume as one row. Measured now, without crossing into other mounts; changes nothing.
+    """
+    from janitor.usage import space_report
+
+    jan = open_janitor()
+    report = space_report(jan)
+    if as_json:
+        print_json({"volumes": [v.as_dict() for v in report]})
+        return
+    from janitor.cli.view import render_space
+
+    out = console()
+    for part in render_space(report):
+        out.print(part)
 
 
 def log_(

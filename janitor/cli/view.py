@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from janitor.doctor import Check
     from janitor.jobs.run import Preflight
     from janitor.ledger.reservations import ReservationInfo
+    from janitor.usage import VolumeSpace
 
 __all__ = [
     "SHOWN_RESERVATIONS",
@@ -30,6 +31,7 @@ __all__ = [
     "notable",
     "render_checks",
     "render_preflight",
+    "render_space",
     "render_status",
     "render_sweep",
     "sparkline",
@@ -246,6 +248,37 @@ def render_sweep(data: dict[str, Any], now: float) -> list[RenderableType]:
             f"deleted {format_size(data['deleted_bytes'])}, free space grew by "
             f"{format_size(data['reclaimed_bytes'])}"
         )
+    return parts
+
+
+def render_space(volumes: Sequence[VolumeSpace]) -> list[RenderableType]:
+    """``janitor space``: one table per volume, largest first, what a sweep would free."""
+    parts: list[RenderableType] = []
+    for v in volumes:
+        title = (
+            f"{v.mount}: {format_size(v.used)} used of {format_size(v.total)}, "
+            f"{format_size(v.free)} free"
+            + (f"; a sweep would free {format_size(v.frees)}" if v.frees else "")
+        )
+        table = Table(title=title, title_justify="left")
+        table.add_column("what")
+        table.add_column("size", justify="right")
+        table.add_column("share", justify="right")
+        table.add_column("managed")
+        table.add_column("sweep frees", justify="right")
+        table.add_column("path", overflow="fold")
+        for r in v.rows:
+            share = f"{100 * r.bytes / v.used:.0f}%" if v.used else "-"
+            managed = f"{r.role} ({r.tree})" if r.tree else "no"
+            table.add_row(
+                r.name,
+                format_size(r.bytes),
+                share,
+                managed if r.path else "-",
+                format_size(r.frees) if r.frees else "-",
+                r.path or "",
+            )
+        parts.append(table)
     return parts
 
 

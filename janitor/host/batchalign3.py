@@ -24,9 +24,12 @@ __all__ = [
     "DEFAULT_PORT",
     "HEALTH_TIMEOUT_S",
     "Health",
+    "KnownPath",
     "ServerConfig",
     "jobs_db",
+    "known_paths",
     "local_server",
+    "media_cache_dir",
     "server_config",
     "state_dir",
 ]
@@ -133,3 +136,56 @@ def jobs_db(env: Mapping[str, str] | None = None) -> Path:
     """batchalign3's job store (``~/.batchalign3/jobs.db``): read with
     :func:`janitor.ledger.foreign.active_jobs`."""
     return state_dir(env) / "jobs.db"
+
+
+def media_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """batchalign3's media cache: ``$BATCHALIGN_MEDIA_CACHE_DIR``, else the platform data dir +
+    ``batchalign3/media_cache`` (``~/Library/Application Support/batchalign3/media_cache``)."""
+    env = os.environ if env is None else env
+    override = env.get("BATCHALIGN_MEDIA_CACHE_DIR")
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("batchalign3", appauthor=False)) / "media_cache"
+
+
+@dataclass(frozen=True, slots=True)
+class KnownPath:
+    """A folder batchalign3 (or a library it runs) fills: a name, where, and what it holds."""
+
+    name: str
+    path: Path
+    what: str
+
+
+def known_paths(env: Mapping[str, str] | None = None) -> tuple[KnownPath, ...]:
+    """Every folder of the pipeline's disk, resolved as the programs that fill it resolve it
+    (BRIEF, "batchalign3's other disk"), whether a policy manages it or not."""
+    import platformdirs
+
+    env = os.environ if env is None else env
+    home = Path(env.get("HOME") or Path.home())
+    hf_home = Path(env.get("HF_HOME") or home / ".cache" / "huggingface")
+    state = state_dir(env)
+    return (
+        KnownPath("media cache", media_cache_dir(env), "16 kHz WAV conversions"),
+        KnownPath("job temp", Path(tempfile.gettempdir()), "per-job PCM folders (TMPDIR)"),
+        KnownPath("batchalign3 state", state, "logs, bug reports, jobs.db, server.yaml"),
+        KnownPath("job staging", state / "jobs", "uploads staged per server job"),
+        KnownPath(
+            "Hugging Face hub",
+            Path(env.get("HF_HUB_CACHE") or hf_home / "hub"),
+            "Whisper, Wave2Vec and other models",
+        ),
+        KnownPath(
+            "Stanza",
+            Path(env.get("STANZA_RESOURCES_DIR") or home / "stanza_resources"),
+            "Stanza models",
+        ),
+        KnownPath(
+            "analysis cache",
+            Path(platformdirs.user_cache_dir("batchalign3", appauthor=False)),
+            "cache.db (SQLite)",
+        ),
+    )

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from janitor.errors import ConfigError
+from janitor.host.batchalign3 import media_cache_dir
 
 if TYPE_CHECKING:
     from janitor.core import Janitor
@@ -56,17 +57,6 @@ WAV_RATE = 32_000
 PCM_RATE = 64_000
 WAV_HEADER = 78  # what ffmpeg's wav muxer writes: RIFF/fmt/data and a LIST chunk naming Lavf
 _CHUNK = 65536
-
-
-def media_cache_dir() -> Path:
-    """batchalign3's media cache: ``$BATCHALIGN_MEDIA_CACHE_DIR``, else the platform data dir +
-    ``batchalign3/media_cache`` (``~/Library/Application Support/batchalign3/media_cache``)."""
-    override = os.environ.get("BATCHALIGN_MEDIA_CACHE_DIR")
-    if override:
-        return Path(override)
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("batchalign3", appauthor=False)) / "media_cache"
 
 
 def fingerprint(path: str | os.PathLike[str]) -> str | None:
