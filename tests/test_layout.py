@@ -25,7 +25,7 @@ LAYERS = [
     ("janitor.ledger",),
     ("janitor.admission",),
     ("janitor.cleanup",),
-    ("janitor.handles", "janitor.core", "janitor.status"),
+    ("janitor.handles", "janitor.core", "janitor.status", "janitor.usage"),
     ("janitor.jobs", "janitor.guard"),
     ("janitor.doctor", "janitor.service"),
     ("janitor.daemon",),
