@@ -5,8 +5,8 @@ moment it passes its quota (:mod:`.watching`, :mod:`.sweeper`); samples each vol
 when it will reach the floor and publishes a damped level (:mod:`.sampler`), evicting under
 pressure, releasing ballast and putting jobs at risk when it turns critical (:mod:`.ballast`,
 :mod:`.at_risk`); reaps what dead owners left (:mod:`.reaper`); reloads the policy
-(:mod:`.policy_reload`); and serves the HTTP API on a Unix socket (:mod:`.server`). One daemon
-per user (:mod:`.lock`).
+(:mod:`.policy_reload`); serves the HTTP API on a Unix socket (:mod:`.server`) and, when asked,
+the metrics to other machines (:mod:`.exporters`). One daemon per user (:mod:`.lock`).
 
 Idle, it does not poll: the main thread sleeps on a wake-up pipe (signals, stop, reload), the
 debounce and eviction threads on their conditions, the API's event loop in epoll, and the
@@ -29,6 +29,7 @@ from janitor.daemon.at_risk import RiskMarker
 from janitor.daemon.ballast import BallastKeeper
 from janitor.daemon.counters import LogCounters, StatusFile
 from janitor.daemon.events import EventBus
+from janitor.daemon.exporters import Exporters
 from janitor.daemon.lifecycle import OnStop, Service, guarded
 from janitor.daemon.lock import DaemonRunning, PidLock
 from janitor.daemon.logs import DaemonLogging
@@ -116,6 +117,7 @@ class Daemon:
             wake=policy_changed,
         )
         sweeper = Sweeper(jan, s, state, stop, pending=pending, watching=watching)
+        exporters = Exporters(view, s, stop, version=state.version)
         sampler = Sampler(
             jan,
             s,
@@ -127,10 +129,11 @@ class Daemon:
             risk=RiskMarker(jan, s, bus),
             counters=counters,
             status_file=StatusFile(view, s.status_path),
+            textfile=exporters.textfile,
         )
         scheduler.every(s.sample_interval_s, sampler.sample, name="sample", delay=0.0)
         scheduler.every(s.sweep_interval_s, sweeper.sweep_all, name="sweep", delay=1.0)
-        scheduler.every(s.reap_interval_s, Reaper(jan, stop).reap, name="reap", delay=0.5)
+        scheduler.every(s.reap_interval_s, Reaper(jan, stop, state).reap, name="reap", delay=0.5)
         # Changed trees are swept when the watcher reports them, not by a poll; the policy file
         # is watched too, and also compared here (a symlinked or unwatchable file).
         scheduler.every(REARM_INTERVAL_S, reloader.rearm, name="rearm")
@@ -145,6 +148,7 @@ class Daemon:
             sweeper,
             scheduler,
             self._server,
+            exporters,
         ):
             self._started.append(service)
             service.start()
@@ -184,8 +188,8 @@ class Daemon:
         self._wakeup.wake(b"h")
 
     def _shutdown(self) -> None:
-        """Tell the SSE clients, ask every service to stop (the API server first), then wait
-        for each, in reverse order of their start."""
+        """Tell the SSE clients, ask every service to stop (the exporters, then the API server
+        first), then wait for each, in reverse order of their start."""
         self._stop.set()
         self.bus.publish("stopping", pid=os.getpid())
         self.bus.close()
