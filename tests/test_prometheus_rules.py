@@ -29,7 +29,9 @@ EXPECTED_ALERTS = {
     "JanitorVolumeCritical",
     "JanitorFloorForecast",
     "JanitorReservationsRefused",
+    "JanitorOrphansPilingUp",
     "JanitorDaemonDown",
+    "JanitorTextfileStale",
 }
 
 
@@ -53,7 +55,8 @@ def run_promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedPr
 
 
 def daemon_state() -> DaemonState:
-    """One volume, one tree, and every counter non-zero so every family has a sample."""
+    """One volume, a cache tree and a scratch tree with orphans, and every counter non-zero, so
+    every family has a sample."""
     state = DaemonState(pid=4242, started=1_700_000_000.0, version="0.0-test")
     state.volumes[2049] = VolumeState(
         device=2049,
@@ -85,6 +88,17 @@ def daemon_state() -> DaemonState:
         last_sweep=1_700_000_050.0,
         watch="watching",
     )
+    state.trees["job_tmp"] = TreeState(
+        name="job_tmp",
+        role="scratch",
+        mount="/data",
+        usage=3 * 1024**3,
+        units=4,
+        last_sweep=1_700_000_050.0,
+        watch="watching",
+        orphans_left=frozenset({"/data/tmp/.tmpa", "/data/tmp/.tmpb"}),
+    )
+    state.orphan_jobs["job_tmp"] = frozenset({"/data/tmp/.tmpb", "/data/tmp/.tmpc"})
     state.granted["media_cache"] = 7
     state.refused["media_cache"] = 2
     state.evicted_bytes[("media_cache", "quota")] = 123456
@@ -124,7 +138,7 @@ def rule_exprs() -> list[str]:
 def test_promtool_check_rules() -> None:
     done = run_promtool("check", "rules", str(ALERTS))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 4 rules found" in done.stdout + done.stderr
+    assert f"SUCCESS: {len(EXPECTED_ALERTS)} rules found" in done.stdout + done.stderr
 
 
 def test_promtool_test_rules() -> None:
@@ -180,7 +194,7 @@ def test_metrics_carry_volume_and_tree_labels(exported: dict[str, dict[str, str]
         ):
             assert labels.get("volume") == "/data", (name, labels)
         if name.startswith("janitor_tree_"):
-            assert labels.get("tree") == "media_cache", (name, labels)
+            assert labels.get("tree") in ("media_cache", "job_tmp"), (name, labels)
             assert labels.get("volume") == "/data", (name, labels)
         if name.startswith(("janitor_reservations_refused", "janitor_reservations_granted")):
             assert labels.get("tree") == "media_cache", (name, labels)
@@ -197,6 +211,28 @@ def test_exported_values_follow_the_state(exposition: str) -> None:
     assert values["janitor_volume_horizon_seconds"] == 1800.0
     assert values["janitor_reservations_refused_total"] == 2
     assert values["janitor_tree_watch_polling"] == 0
+    assert values["janitor_up"] == 1
+
+
+def test_orphans_count_each_folder_once_and_only_for_scratch_trees(exposition: str) -> None:
+    """The reaper's orphaned jobs and the sweep's leftovers are one set of folders: a folder
+    both saw counts once; a cache tree has no orphans series."""
+    samples = [
+        s
+        for family in text_string_to_metric_families(exposition)
+        for s in family.samples
+        if s.name == "janitor_tree_orphans"
+    ]
+    assert [(s.labels, s.value) for s in samples] == [({"tree": "job_tmp", "volume": "/data"}, 3)]
+
+
+def test_a_stopped_daemons_textfile_says_janitor_up_0() -> None:
+    from janitor.daemon.metrics import render_down
+
+    text = render_down().decode()
+    (family,) = text_string_to_metric_families(text)
+    assert [(s.name, s.value) for s in family.samples] == [("janitor_up", 0)]
+    assert run_promtool("check", "metrics", stdin=text).returncode == 0
 
 
 def test_no_forecast_exports_infinity() -> None:
@@ -216,7 +252,8 @@ def test_scrape_config_parses() -> None:
     (job,) = doc["scrape_configs"]
     assert job["job_name"] == "space-janitor"  # what JanitorDaemonDown selects on
     targets = [t for sc in job["static_configs"] for t in sc["targets"]]
-    assert targets and all(t.startswith("127.0.0.1:") for t in targets)
+    # Other machines' metrics_listen (host:port), the way a central Prometheus reaches them.
+    assert targets and all(re.fullmatch(r"[a-z0-9.-]+:9464", t) for t in targets), targets
     for rule_file in doc.get("rule_files", []):
         assert (PROM / rule_file).is_file(), rule_file
 

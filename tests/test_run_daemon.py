@@ -215,3 +215,29 @@ def _standing(
     assert proc.poll() is None, "the standing daemon did not start"
     time.sleep(0.3)
     return proc
+
+
+def test_the_runs_daemon_takes_no_port_the_users_daemon_would(
+    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli, tmp_path: Path
+) -> None:
+    """http_port, metrics_listen and metrics_textfile are the user's daemon's: a run's own
+    daemon serves its socket only, so a port already taken does not stop it."""
+    import socket
+
+    p = pipeline("64m")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        textfile = tmp_path / "janitor.prom"
+        env = {
+            "JANITOR_HTTP_PORT": str(port),
+            "JANITOR_METRICS_LISTEN": f"127.0.0.1:{port + 1 if port < 65535 else port - 1}",
+            "JANITOR_METRICS_TEXTFILE": str(textfile),
+        }
+        done = run_cli("run", "--", *p.sim(m4a(5)), env=env, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert len(run_daemons()) == 1
+    reserved = [ln for ln in guard_lines() if " reserved through the " in ln]
+    assert reserved and all("through the daemon" in ln for ln in reserved), (reserved, done.stderr)
+    assert not textfile.exists()

@@ -238,3 +238,105 @@ def test_cli_bad_config_file_exits_2_with_one_line(tmp_path: Path, run_cli_many:
         assert done.stdout == ""
     assert missing.returncode == 2
     assert "does not exist" in one_line_error(missing.stderr)
+
+
+# -- the metrics for another machine: metrics_listen, metrics_textfile ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("written", "host", "port", "shown"),
+    [
+        (":9464", "", 9464, ":9464"),
+        ("0.0.0.0:9464", "0.0.0.0", 9464, "0.0.0.0:9464"),
+        ("127.0.0.1:1", "127.0.0.1", 1, "127.0.0.1:1"),
+        ("[::]:9464", "::", 9464, "[::]:9464"),
+        ("[::1]:65535", "::1", 65535, "[::1]:65535"),
+        ("[0:0::1]:9464", "::1", 9464, "[::1]:9464"),
+        ("studio-1.local:9464", "studio-1.local", 9464, "studio-1.local:9464"),
+        (" localhost:9464 ", "localhost", 9464, "localhost:9464"),
+    ],
+)
+def test_metrics_listen_takes_what_exporters_take(
+    monkeypatch: pytest.MonkeyPatch, written: str, host: str, port: int, shown: str
+) -> None:
+    monkeypatch.setenv("JANITOR_METRICS_LISTEN", written)
+    s = Settings.load()
+    assert s.metrics_address is not None
+    assert (s.metrics_address.host, s.metrics_address.port) == (host, port)
+    assert s.metrics_listen == shown
+    assert s.metrics_address.every_interface is (host == "")
+
+
+@pytest.mark.parametrize(
+    ("written", "says"),
+    [
+        ("9464", "has no port; use e.g. ':9464'"),
+        ("::1:9464", "put an IPv6 address in brackets, as '[::1]:9464'"),
+        ("[::1:9464", "needs its closing ']'"),
+        ("[fe80::zz]:9464", "is not an IPv6 address"),
+        ("300.1.1.1:9464", "is neither an IP address nor a host name"),
+        ("bad_host:9464", "is neither an IP address nor a host name"),
+        ("host:0", "the port must be 1 to 65535, not 0"),
+        ("host:65536", "the port must be 1 to 65535, not 65536"),
+        ("host:http", "the port 'http' is not a number"),
+        ("host:", "the port '' is not a number"),
+    ],
+)
+def test_a_bad_metrics_listen_is_one_line_naming_the_key(
+    monkeypatch: pytest.MonkeyPatch, written: str, says: str
+) -> None:
+    monkeypatch.setenv("JANITOR_METRICS_LISTEN", written)
+    message = _config_error()
+    assert "'metrics_listen' (or JANITOR_METRICS_LISTEN)" in message
+    assert says in message
+    assert "Value error" not in message
+
+
+def test_an_empty_metrics_setting_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JANITOR_METRICS_LISTEN", "")
+    monkeypatch.setenv("JANITOR_METRICS_TEXTFILE", " ")
+    s = Settings.load()
+    assert (s.metrics_listen, s.metrics_address, s.metrics_textfile) == (None, None, None)
+
+
+def test_metrics_listen_may_not_take_http_ports_loopback_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("JANITOR_HTTP_PORT", "9464")
+    for clash in (":9464", "0.0.0.0:9464", "127.0.0.1:9464", "[::]:9464", "localhost:9464"):
+        monkeypatch.setenv("JANITOR_METRICS_LISTEN", clash)
+        message = _config_error()
+        assert "http_port 9464 would share 127.0.0.1's port" in message, message
+    monkeypatch.setenv("JANITOR_METRICS_LISTEN", "10.1.2.3:9464")  # another address: fine
+    assert Settings.load().metrics_listen == "10.1.2.3:9464"
+
+
+def test_metrics_settings_from_the_config_file(tmp_path: Path) -> None:
+    cfg = _config(
+        tmp_path / "c.toml",
+        metrics_listen=":9464",
+        metrics_textfile="$HOME/textfile_collector/janitor.prom",
+    )
+    s = Settings.load(cfg)
+    assert s.metrics_listen == ":9464"
+    assert s.metrics_textfile == Path.home() / "textfile_collector" / "janitor.prom"
+
+
+@pytest.mark.parametrize(
+    ("written", "says"),
+    [
+        ("janitor.prom", "is not an absolute path"),
+        ("/var/lib/node_exporter/janitor.txt", "does not end in .prom"),
+    ],
+)
+def test_a_bad_metrics_textfile_names_the_key(tmp_path: Path, written: str, says: str) -> None:
+    cfg = _config(tmp_path / "c.toml", metrics_textfile=written)
+    message = _config_error(cfg)
+    assert str(cfg) in message and "'metrics_textfile'" in message and says in message
+
+
+def test_cli_bad_metrics_listen_exits_2_with_one_line(run_cli: Any) -> None:
+    paths = run_cli("paths", env={"JANITOR_METRICS_LISTEN": "studio-1"})
+    assert paths.returncode == 2
+    line = one_line_error(paths.stderr)
+    assert "JANITOR_METRICS_LISTEN" in line and "has no port" in line

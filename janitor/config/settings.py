@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 
+from janitor.config.listen import ListenAddress, parse_listen
 from janitor.errors import ConfigError
 from janitor.sizes import MAX_DURATION_S
 
@@ -160,6 +161,52 @@ class Settings(BaseSettings):
     http_port: int | None = Field(
         default=None, ge=1, le=65535, description="Daemon: also serve on 127.0.0.1:PORT."
     )
+    metrics_listen: str | None = Field(
+        default=None,
+        description="Daemon: serve GET /metrics (nothing else) on this address, for a central "
+        "Prometheus: HOST:PORT, [IPv6]:PORT, or :PORT for every interface.",
+    )
+    metrics_textfile: Path | None = Field(
+        default=None,
+        description="Daemon: keep the metrics in this .prom file too, for node_exporter's "
+        "textfile collector (rewritten atomically every sample_interval_s).",
+    )
+
+    @field_validator("metrics_listen", mode="before")
+    @classmethod
+    def _listen(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            return None  # JANITOR_METRICS_LISTEN= turns it off
+        if isinstance(value, str):
+            return str(parse_listen(value))  # ValueError: one line naming the key
+        return value
+
+    @field_validator("metrics_textfile", mode="before")
+    @classmethod
+    def _textfile(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            return None
+        if isinstance(value, str | os.PathLike):
+            path = Path(os.path.expandvars(os.path.expanduser(os.fspath(value))))
+            if not path.is_absolute():
+                raise ValueError(f"{os.fspath(value)!r} is not an absolute path")
+            if path.suffix != ".prom":
+                raise ValueError(
+                    f"{str(path)!r} does not end in .prom (node_exporter's textfile collector "
+                    "reads only *.prom files)"
+                )
+            return path
+        return value
+
+    @model_validator(mode="after")
+    def _ports_differ(self) -> Settings:
+        addr = self.metrics_address
+        if addr is not None and addr.port == self.http_port and _covers_loopback(addr.host):
+            raise ValueError(
+                f"metrics_listen {addr} and http_port {self.http_port} would share "
+                "127.0.0.1's port; choose another port for one of them"
+            )
+        return self
 
     @field_validator("state_dir", "runtime_dir", "log_dir", "policy", "config", mode="after")
     @classmethod
@@ -196,6 +243,11 @@ class Settings(BaseSettings):
     def status_path(self) -> Path:
         """The daemon's atomically replaced ``status.json`` in the runtime dir."""
         return self.runtime_dir / "status.json"
+
+    @property
+    def metrics_address(self) -> ListenAddress | None:
+        """``metrics_listen`` parsed, or None when the metrics listener is off."""
+        return None if self.metrics_listen is None else parse_listen(self.metrics_listen)
 
     @property
     def socket_path(self) -> Path:
@@ -236,11 +288,19 @@ class Settings(BaseSettings):
             _config_values.reset(token)
 
 
+def _covers_loopback(host: str) -> bool:
+    """True when listening on ``host`` takes 127.0.0.1's port too."""
+    return host in ("", "0.0.0.0", "::", "localhost") or host.startswith("127.")
+
+
 def _describe(exc: ValidationError, path: Path | None) -> str:
     err = exc.errors()[0]
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
     where = f"config file {path}" if path else "settings"
     if err["type"] == "extra_forbidden":
         return f"{where}: unknown key {key!r}; see `janitor paths` and the README for valid keys"
+    msg = str(err["msg"]).removeprefix("Value error, ")  # our validators' own words
+    if not err["loc"]:  # a rule across keys
+        return f"{where}: {msg}"
     env = f" (or JANITOR_{key.upper()})"
-    return f"{where}: key {key!r}{env}: {err['msg']}"
+    return f"{where}: key {key!r}{env}: {msg}"

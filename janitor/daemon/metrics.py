@@ -2,6 +2,8 @@
 
 Every series carries ``volume`` (mount point) and, for trees, ``tree`` labels, so one Prometheus
 can watch a fleet (it adds ``instance`` itself). Levels are numbers: 0 ok, 1 warn, 2 critical.
+No label holds a path of the user's files: tree names, mount points and reasons only, so the
+text may leave the machine (``metrics_listen``, ``metrics_textfile``).
 """
 
 from __future__ import annotations
@@ -18,9 +20,19 @@ from prometheus_client.registry import Collector
 
 from janitor.admission.volume import Volume
 
-__all__ = ["LEVEL_VALUES", "DaemonState", "TreeState", "VolumeState", "render"]
+__all__ = [
+    "LEVEL_VALUES",
+    "DaemonState",
+    "TreeState",
+    "VolumeState",
+    "registry_for",
+    "render",
+    "render_down",
+]
 
 LEVEL_VALUES = {"ok": 0, "warn": 1, "critical": 2}
+
+_UP_HELP = "1 while the daemon runs (0: a textfile's last word, written as it stopped)."
 
 
 @dataclass
@@ -104,6 +116,9 @@ class TreeState:
     last_sweep: float = 0.0
     watch: str = "polling"
     watch_reason: str = ""
+    #: Units the sweep chose as orphans and could not remove (their paths, for the union with
+    #: the orphaned jobs the reaper sees).
+    orphans_left: frozenset[str] = frozenset()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -132,6 +147,9 @@ class DaemonState:
     refused: dict[str, int] = field(default_factory=dict)
     evicted_bytes: dict[tuple[str, str], int] = field(default_factory=dict)
     evicted_units: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: Each tree's orphaned job folders still there (every recorded writer died; a foreign one
+    #: too, while it waits for its orphan_age), as the reaper last saw them.
+    orphan_jobs: dict[str, frozenset[str]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def snapshot(self) -> dict[str, Any]:
@@ -235,11 +253,18 @@ class _Collector(Collector):
         eunits = CounterMetricFamily(
             "janitor_evicted_units", "Units deleted by the janitor.", labels=["tree", "reason"]
         )
-        up = GaugeMetricFamily(
+        orphans = GaugeMetricFamily(
+            "janitor_tree_orphans",
+            "Orphaned job folders of a scratch tree still there: every recorded writer died, "
+            "or the last sweep chose it as an orphan and could not remove it.",
+            labels=tl,
+        )
+        started = GaugeMetricFamily(
             "janitor_daemon_start_time_seconds", "When the daemon started.", labels=["version"]
         )
+        up = GaugeMetricFamily("janitor_up", _UP_HELP, value=1)
         with s.lock:
-            up.add_metric([s.version], s.started)
+            started.add_metric([s.version], s.started)
             for v in s.volumes.values():
                 m = [v.mount]
                 gauges["free"].add_metric(m, v.free)
@@ -264,6 +289,9 @@ class _Collector(Collector):
                 if t.quota is not None:
                     quota.add_metric(labels, t.quota)
                 polling.add_metric(labels, 0 if t.watch == "watching" else 1)
+                if t.role == "scratch":
+                    left = t.orphans_left | s.orphan_jobs.get(t.name, frozenset())
+                    orphans.add_metric(labels, len(left))
             for tree, n in s.granted.items():
                 granted.add_metric([tree], n)
             for tree, n in s.refused.items():
@@ -273,7 +301,7 @@ class _Collector(Collector):
             for (tree, reason), n in s.evicted_units.items():
                 eunits.add_metric([tree, reason], n)
         yield from gauges.values()
-        yield from (usage, quota, polling, granted, refused, ebytes, eunits, up)
+        yield from (usage, quota, polling, orphans, granted, refused, ebytes, eunits, started, up)
 
 
 def registry_for(state: DaemonState) -> CollectorRegistry:
@@ -285,4 +313,16 @@ def registry_for(state: DaemonState) -> CollectorRegistry:
 
 def render(registry: CollectorRegistry) -> bytes:
     """The Prometheus text exposition of ``registry``."""
+    return generate_latest(registry)
+
+
+class _Down(Collector):
+    def collect(self) -> Iterator[Any]:
+        yield GaugeMetricFamily("janitor_up", _UP_HELP, value=0)
+
+
+def render_down() -> bytes:
+    """The exposition of a stopped daemon: ``janitor_up 0`` alone (a textfile's last word)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Down())
     return generate_latest(registry)

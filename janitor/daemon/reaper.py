@@ -1,5 +1,6 @@
-"""Reaping: reservations and pins whose owners died or whose TTL passed are ended; hourly, the
-ledger drops what it no longer needs (ended reservations, old log lines, old samples)."""
+"""Reaping: reservations and pins whose owners died or whose TTL passed are ended, orphaned job
+folders removed (and those that stay counted, for ``janitor_tree_orphans``); hourly, the ledger
+drops what it no longer needs (ended reservations, old log lines, old samples)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import threading
 import time
 
 from janitor.core import Janitor
+from janitor.daemon.metrics import DaemonState
 
 __all__ = ["PRUNE_INTERVAL_S", "Reaper"]
 
@@ -21,9 +23,14 @@ class Reaper:
     """The ``reap`` job."""
 
     def __init__(
-        self, janitor: Janitor, stop: threading.Event, remove_orphans: bool = True
+        self,
+        janitor: Janitor,
+        stop: threading.Event,
+        state: DaemonState,
+        remove_orphans: bool = True,
     ) -> None:
         self.janitor = janitor
+        self.state = state
         self.remove_orphans = remove_orphans  # False in a run's own daemon: it deletes nothing
         self._stop = stop
         self._pruned: float | None = None  # monotonic time of the last Ledger.prune
@@ -37,11 +44,19 @@ class Reaper:
             log.info("job %s (%s) %s: %s", end.job.id, end.job.folder, end.state, end.why)
         # Every orphan, not only those that became one now: a sweep may have marked it, or a
         # file still open in it (the dead writer's last ffmpeg) kept it at the last try.
-        if self.remove_orphans and any(
-            j.state == "orphan" and not j.foreign for j in self.janitor.jobs()
-        ):
+        jobs = self.janitor.jobs()
+        if self.remove_orphans and any(j.state == "orphan" and not j.foreign for j in jobs):
             for job in self.janitor.remove_orphans():
                 log.info("removed the folder of orphaned job %s: %s", job.id, job.folder)
+            jobs = self.janitor.jobs()
+        # What stays (a file in it still open, a foreign folder waiting for its orphan_age):
+        # counted until it goes.
+        left: dict[str, set[str]] = {}
+        for j in jobs:
+            if j.state == "orphan":
+                left.setdefault(j.tree, set()).add(j.folder)
+        with self.state.lock:
+            self.state.orphan_jobs = {tree: frozenset(f) for tree, f in left.items()}
         if self._pruned is None or time.monotonic() - self._pruned >= PRUNE_INTERVAL_S:
             # Ended reservations, old log lines and samples: a few thousand rows per
             # transaction, so reservations queued behind it wait milliseconds, not seconds.

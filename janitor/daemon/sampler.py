@@ -5,7 +5,7 @@ each managed volume is read and recorded in the ledger; the series of the foreca
 a fill rate and the time left to the floor; the reading gives the level shown, a tracker damps
 it for alerts. A low volume asks the eviction thread for a pressure sweep, a critical one
 releases its ballast and has jobs put at risk. Then the log is tailed and ``status.json``
-written.
+written (and ``metrics_textfile``, when configured).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from janitor.daemon.events import EventBus
 from janitor.daemon.metrics import DaemonState, VolumeState
 from janitor.daemon.schedule import Scheduler
 from janitor.daemon.sweeper import Pending
+from janitor.daemon.textfile import Textfile
 from janitor.daemon.volumes import volume_trees
 from janitor.host.space import volume_stats
 from janitor.ledger.tx import Tx
@@ -58,6 +59,7 @@ class Sampler:
         risk: RiskMarker,
         counters: LogCounters,
         status_file: StatusFile,
+        textfile: Textfile | None = None,
     ) -> None:
         self.janitor = janitor
         self.settings = settings
@@ -69,6 +71,7 @@ class Sampler:
         self.risk = risk
         self.counters = counters
         self.status_file = status_file
+        self.textfile = textfile
         self._trackers: dict[int, LevelTracker] = {}
         self._pressed_at: dict[int, float] = {}  # monotonic time of the last pressure sweep
         self._sample_every = settings.sample_interval_s
@@ -131,6 +134,8 @@ class Sampler:
             self.state.volumes = readings
         self.counters.tail_log()
         self.status_file.write()
+        if self.textfile is not None:
+            self.textfile.write()
 
     def _due(self, device: int) -> bool:
         """True at most every ``sample_interval_s`` per volume: a pressure sweep walks the caches

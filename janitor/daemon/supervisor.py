@@ -1,15 +1,11 @@
 """`janitor daemon`: keeps every policy true without anyone calling it.
 
-The supervisor wires the services and runs them: it watches the trees and sweeps a cache the
-moment it passes its quota (:mod:`.watching`, :mod:`.sweeper`); samples each volume, forecasts
-when it will reach the floor and publishes a damped level (:mod:`.sampler`), evicting under
-pressure, releasing ballast and putting jobs at risk when it turns critical (:mod:`.ballast`,
-:mod:`.at_risk`); reaps what dead owners left (:mod:`.reaper`); reloads the policy
-(:mod:`.policy_reload`); and serves the HTTP API on a Unix socket (:mod:`.server`). One daemon
-per user (:mod:`.lock`).
-
-Idle, it does not poll: each thread sleeps on a pipe, a condition, epoll or the next periodic job.
-A run's own daemon (``admission_only``) admits and watches risk only: it deletes nothing.
+It wires and runs the services: watches (:mod:`.watching`) and sweeps (:mod:`.sweeper`) the
+trees; samples, forecasts and levels each volume (:mod:`.sampler`), releasing ballast and
+putting jobs at risk when critical (:mod:`.ballast`, :mod:`.at_risk`); reaps (:mod:`.reaper`);
+reloads the policy (:mod:`.policy_reload`); serves the API on a Unix socket (:mod:`.server`)
+and the metrics to other machines (:mod:`.exporters`). One daemon per user (:mod:`.lock`).
+Idle, no thread polls. A run's own daemon (``admission_only``) never deletes anything.
 """
 
 from __future__ import annotations
@@ -28,6 +24,7 @@ from janitor.daemon.at_risk import RiskMarker
 from janitor.daemon.ballast import BallastKeeper
 from janitor.daemon.counters import LogCounters, StatusFile
 from janitor.daemon.events import EventBus
+from janitor.daemon.exporters import Exporters
 from janitor.daemon.lifecycle import OnStop, Service, guarded
 from janitor.daemon.lock import DaemonRunning, PidLock
 from janitor.daemon.logs import DaemonLogging
@@ -120,6 +117,7 @@ class Daemon:
             wake=policy_changed,
         )
         sweeper = Sweeper(jan, s, state, stop, pending=pending, watching=watching)
+        exporters = Exporters(view, s, stop, version=state.version)
         sampler = Sampler(
             jan,
             s,
@@ -131,10 +129,12 @@ class Daemon:
             risk=RiskMarker(jan, s, bus),
             counters=counters,
             status_file=StatusFile(view, s.status_path),
+            textfile=exporters.textfile,
         )
         keeps = not self.admission_only  # sweeps, watches, ballast and orphan removal
         scheduler.every(s.sample_interval_s, sampler.sample, name="sample", delay=0.0)
-        scheduler.every(s.reap_interval_s, Reaper(jan, stop, keeps).reap, name="reap", delay=0.5)
+        reaper = Reaper(jan, stop, state, keeps)
+        scheduler.every(s.reap_interval_s, reaper.reap, name="reap", delay=0.5)
         if keeps:
             scheduler.every(s.sweep_interval_s, sweeper.sweep_all, name="sweep", delay=1.0)
             # Changed trees are swept when the watcher reports them, not by a poll; the policy
@@ -149,6 +149,7 @@ class Daemon:
             *((ballast, watching, sweeper) if keeps else ()),
             scheduler,
             self._server,
+            exporters,
         ):
             self._started.append(service)
             service.start()
@@ -188,8 +189,7 @@ class Daemon:
         self._wakeup.wake(b"h")
 
     def _shutdown(self) -> None:
-        """Tell the SSE clients, ask every service to stop (the API server first), then wait
-        for each, in reverse order of their start."""
+        """Tell the SSE clients; ask each service to stop, then wait, in reverse start order."""
         self._stop.set()
         self.bus.publish("stopping", pid=os.getpid())
         self.bus.close()

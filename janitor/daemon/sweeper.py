@@ -138,6 +138,10 @@ class Sweeper:
         """Publish what a sweep measured of each tree; log what it deleted and its warnings."""
         now = time.time()
         watch = {w.tree: w for w in self.watching.status()}
+        stuck: dict[str, set[str]] = {}  # orphans chosen and still there
+        for o in result.report.outcomes:
+            if o.item.reason == "orphan" and not o.deleted:
+                stuck.setdefault(o.item.tree, set()).add(o.item.unit.path)
         with self.state.lock:
             for t in result.plan.trees:
                 if t.quota is None and t.role == "cache" and t.tree in self.state.trees:
@@ -156,6 +160,7 @@ class Sweeper:
                     last_sweep=now,
                     watch=w.mode if w else "polling",
                     watch_reason=w.reason if w else "",
+                    orphans_left=frozenset(stuck.get(t.tree, ())),
                 )
         if result.report.deleted_units:
             self.janitor.space.notify()

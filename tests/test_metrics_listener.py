@@ -1,0 +1,453 @@
+"""The metrics for a central Prometheus (issue 23 item 6), against the REAL daemon: the
+``metrics_listen`` listener, the node_exporter textfile, ``janitor_tree_orphans``, and a real
+Prometheus (Debian package ``prometheus``) scraping the listener, evaluating the alert rules and
+answering every query of the Grafana dashboard.
+
+Each daemon runs on a tmpfs (root only; skipped otherwise, see ``_daemon_helpers``); every
+request goes over TCP to the port the daemon bound, or over its Unix socket for comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from ._daemon_helpers import (
+    Daemon,
+    DaemonSetup,
+    MiB,
+    daemon_setup,
+    eventually,
+    free_port,
+    running_daemon,
+    write_bytes,
+)
+from .conftest import one_line_error
+from .test_grafana_dashboard import DASHBOARD, dashboard_exprs, substituted
+from .test_prometheus_rules import ALERTS, EXPECTED_ALERTS
+
+#: The scratch tree: batchalign3's job folders (``.tmp*`` holding a pipeline scope).
+JOBS = {
+    "role": "scratch",
+    "units": "dir",
+    "unit_glob": ".tmp*",
+    "unit_requires": ["fa_v2"],
+    "orphan_age": "1s",
+    "min_age": "0s",
+}
+
+
+def families(text: str) -> dict[str, list[Any]]:
+    """The exposition's families by name, with their samples."""
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def value(text: str, name: str, **labels: str) -> float | None:
+    """The value of the sample ``name`` with ``labels`` (None when there is none)."""
+    for f in text_string_to_metric_families(text):
+        for s in f.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return float(s.value)
+    return None
+
+
+@contextmanager
+def fleet_host(root: Path, **settings: str) -> Iterator[tuple[DaemonSetup, Daemon, str]]:
+    """A daemon with a cache tree ``cache`` (quota 8 MiB) and a scratch tree ``jobs`` on a
+    32 MiB tmpfs, serving metrics on 127.0.0.1:PORT; yields it and the listener's base URL once
+    its first sweep has run."""
+    port = free_port()
+    env = {"JANITOR_METRICS_LISTEN": f"127.0.0.1:{port}", **settings}
+    with daemon_setup(root, tree={"quota": "8MiB"}, settings=env) as setup:
+        jobs = setup.mount / "tmp"
+        jobs.mkdir()
+        setup.trees["jobs"] = {**JOBS, "path": str(jobs)}
+        setup.write_policy()
+        with running_daemon(setup) as d:
+            eventually(
+                lambda: (
+                    {t["name"] for t in (d.status_json() or {}).get("trees", [])}
+                    == {"cache", "jobs"}
+                ),
+                what="the first periodic sweep",
+            )
+            yield setup, d, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonSetup, Daemon, str]]:
+    """One daemon for the module, with the listener and the textfile."""
+    root = tmp_path_factory.mktemp("metrics")
+    textdir = root / "textfile_collector"
+    textdir.mkdir()
+    with fleet_host(root, JANITOR_METRICS_TEXTFILE=str(textdir / "janitor.prom")) as h:
+        yield h
+
+
+def textfile_of(setup: DaemonSetup) -> Path:
+    return Path(setup.settings["JANITOR_METRICS_TEXTFILE"])
+
+
+def orphan(setup: DaemonSetup, name: str) -> tuple[Path, subprocess.Popen[bytes]]:
+    """A job folder the guard recorded (``POST /v1/guard``, as the guarded ffmpeg does) for a
+    writer that is still alive; kill the writer to make it an orphan."""
+    src = setup.mount / "talk.wav"
+    if not src.exists():
+        src.write_bytes(b"\0" * 4096)
+    out = setup.mount / "tmp" / name / "fa_v2" / "audio" / "fa-v2-audio-1-0.pcm"
+    out.parent.mkdir(parents=True)
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    body = {
+        "outputs": [{"path": str(out), "bytes": 4096, "source": str(src), "whole_bytes": MiB}],
+        "inputs": [str(src)],
+        "owner_pid": writer.pid,
+        "writer_pid": writer.pid,
+    }
+    with httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(setup.socket)), base_url="http://janitor"
+    ) as c:
+        r = c.post("/v1/guard", json=body)
+    assert r.status_code == 200, r.text
+    write_bytes(out, 4096)
+    return out.parents[2], writer
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    proc.kill()
+    proc.wait()
+
+
+# -- the listener ---------------------------------------------------------------------------------
+
+
+def test_the_listener_serves_the_sockets_metrics(host: tuple[DaemonSetup, Daemon, str]) -> None:
+    setup, d, url = host
+    r = httpx.get(f"{url}/metrics", timeout=10)
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain; version=")
+    assert value(r.text, "janitor_up") == 1
+    assert value(r.text, "janitor_volume_floor_bytes", volume=str(setup.mount)) == 4 * MiB
+    # The same families as /metrics on the socket (the values are measured at each read).
+    assert set(families(r.text)) == set(families(d.metrics()))
+    assert "server" not in r.headers  # nothing about us beyond what is asked
+    promtool = shutil.which("promtool")
+    if promtool is not None:
+        done = subprocess.run(
+            [promtool, "check", "metrics"], input=r.text, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_listener_answers_nothing_else(host: tuple[DaemonSetup, Daemon, str]) -> None:
+    """Every route of the API (from its own OpenAPI schema), with every method it takes, is 404
+    on the listener (but ``GET /metrics``, the one they share); and nothing was reserved by
+    trying."""
+    _, d, url = host
+    with d.client() as c:
+        schema = c.get("/openapi.json").json()
+        before = len(c.get("/v1/status").json()["reservations"])
+    assert "/v1/reservations" in schema["paths"]
+    tried = 0
+    with httpx.Client(base_url=url, timeout=10) as c:
+        for path, methods in schema["paths"].items():
+            concrete = path.replace("{rid}", "r-0123456789abcdef")
+            for method in methods:
+                if (method, path) == ("get", "/metrics"):
+                    continue
+                body = {"tree": "cache", "bytes": 1, "owner_pid": os.getpid()}
+                r = c.request(method.upper(), concrete, json=body)
+                assert r.status_code == 404, (method, path, r.status_code, r.text)
+                tried += 1
+        for path in ("/openapi.json", "/docs", "/redoc", "/v1/events", "/metrics/", "/x"):
+            assert c.get(path).status_code == 404, path
+        for method in ("POST", "PUT", "DELETE", "PATCH"):
+            r = c.request(method, "/metrics")
+            assert r.status_code == 405, (method, r.status_code)
+            assert set(r.headers["allow"].replace(" ", "").split(",")) == {"GET", "HEAD"}
+    assert tried >= 10
+    with d.client() as c:
+        assert len(c.get("/v1/status").json()["reservations"]) == before
+
+
+def test_head_the_landing_page_and_gzip(host: tuple[DaemonSetup, Daemon, str]) -> None:
+    _, _, url = host
+    head = httpx.head(f"{url}/metrics", timeout=10)
+    assert head.status_code == 200 and head.content == b""
+    page = httpx.get(f"{url}/", timeout=10)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert 'href="/metrics"' in page.text
+    # Prometheus asks for gzip; httpx asks by default and decodes.
+    zipped = httpx.get(f"{url}/metrics", headers={"accept-encoding": "gzip"}, timeout=10)
+    assert zipped.headers["content-encoding"] == "gzip"
+    assert value(zipped.text, "janitor_up") == 1
+
+
+def test_it_listens_only_where_it_is_told(host: tuple[DaemonSetup, Daemon, str]) -> None:
+    import psutil
+
+    setup, d, _ = host
+    port = int(setup.settings["JANITOR_METRICS_LISTEN"].rpartition(":")[2])
+    listening = {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process(d.pid).net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    }
+    assert listening == {("127.0.0.1", port)}
+
+
+# -- the textfile ----------------------------------------------------------------------------------
+
+
+def test_the_textfile_is_replaced_atomically_with_the_same_families(
+    host: tuple[DaemonSetup, Daemon, str],
+) -> None:
+    """A reader that reads the file over and over while the daemon rewrites it always reads a
+    whole exposition; each write is a new file renamed over the old (a new inode); it is
+    0644 (node_exporter runs as another user); nothing else is left in the folder."""
+    setup, d, url = host
+    path = textfile_of(setup)
+    eventually(path.exists, what="the first textfile")
+    inodes: set[int] = set()
+    reads = 0
+    deadline = time.monotonic() + 2.0  # eight samples here (0.25 s apart)
+    while time.monotonic() < deadline:
+        with open(path, "rb") as fh:
+            inodes.add(os.fstat(fh.fileno()).st_ino)
+            text = fh.read().decode()
+        assert text.endswith("\n") and value(text, "janitor_up") == 1, text[-200:]
+        reads += 1
+    assert reads > 100 and len(inodes) >= 2, (reads, inodes)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    text = path.read_text()
+    assert set(families(text)) == set(families(httpx.get(f"{url}/metrics", timeout=10).text))
+    assert {p.name for p in path.parent.iterdir()} <= {path.name, f".{path.name}.{d.pid}.tmp"}
+
+
+def test_a_clean_stop_leaves_janitor_up_0_and_every_interface_serves(tmp_path: Path) -> None:
+    """``:PORT`` serves on every interface (IPv6 too where the machine has it); when the daemon
+    stops, its textfile holds ``janitor_up 0`` alone, so the stop shows at once."""
+    port = free_port()
+    textfile = tmp_path / "prom" / "janitor.prom"
+    textfile.parent.mkdir()
+    env = {"JANITOR_METRICS_LISTEN": f":{port}", "JANITOR_METRICS_TEXTFILE": str(textfile)}
+    with fleet_host(tmp_path, **env) as (_, d, _url):
+        assert value(httpx.get(f"http://127.0.0.1:{port}/metrics").text, "janitor_up") == 1
+        if socket.has_ipv6 and _has_ipv6_loopback():
+            assert httpx.get(f"http://[::1]:{port}/metrics").status_code == 200
+        eventually(textfile.exists, what="the textfile")
+        assert d.stop() == 0
+    fams = families(textfile.read_text())
+    assert list(fams) == ["janitor_up"] and fams["janitor_up"][0].value == 0
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def test_a_port_in_use_is_one_error_line_and_the_daemon_runs_on(tmp_path: Path) -> None:
+    """As node_exporter would not, the daemon keeps serving its socket (the jobs on the machine
+    need it more than Prometheus does) and says why in one line; an unwritable textfile is
+    one warning line, however many samples fail."""
+    busy = socket.create_server(("127.0.0.1", 0))
+    port = busy.getsockname()[1]
+    missing = tmp_path / "no-such-dir" / "janitor.prom"
+    try:
+        with daemon_setup(
+            tmp_path,
+            settings={
+                "JANITOR_METRICS_LISTEN": f"127.0.0.1:{port}",
+                "JANITOR_METRICS_TEXTFILE": str(missing),
+            },
+        ) as setup, running_daemon(setup) as d:  # fmt: skip
+            with d.client() as c:
+                assert c.get("/v1/status").status_code == 200
+                assert (
+                    c.post("/v1/reservations", json={"tree": "cache", "bytes": 1}).status_code
+                    == 201
+                )
+            time.sleep(1.5)  # several samples (0.25 s apart), each trying the textfile
+            assert d.proc.poll() is None
+            assert d.stop() == 0
+            log = setup.log_file.read_text()
+            stderr = d.stderr()
+    finally:
+        busy.close()
+    assert "Traceback" not in log and "Traceback" not in stderr
+    errors = [ln for ln in log.splitlines() if " ERROR " in ln]
+    assert len(errors) == 1, log
+    assert f"metrics_listen 127.0.0.1:{port}: cannot listen: " in errors[0]
+    assert "in use" in errors[0] and "runs on without it" in errors[0]
+    warnings = [ln for ln in log.splitlines() if "metrics_textfile" in ln]
+    assert len(warnings) == 1 and " WARNING " in warnings[0] and str(missing) in warnings[0]
+    assert not missing.parent.exists()  # never made: a typo is not a folder
+
+
+def test_a_bad_address_is_one_line_and_exit_2_before_anything_starts(tmp_path: Path) -> None:
+    """Checked when the settings load, like every setting: the daemon never starts."""
+    with daemon_setup(tmp_path, settings={"JANITOR_METRICS_LISTEN": "::1:9464"}) as setup:
+        done = setup.run_cli("daemon", timeout=30)
+        assert done.returncode == 2, done
+        line = one_line_error(done.stderr)
+        assert "JANITOR_METRICS_LISTEN" in line and "[::1]:9464" in line
+        assert not setup.socket.exists()
+
+
+# -- orphans ---------------------------------------------------------------------------------------
+
+
+def test_an_orphan_that_cannot_go_is_counted_until_it_goes(
+    host: tuple[DaemonSetup, Daemon, str],
+) -> None:
+    """A job whose writer died while a file in its folder is still open (the writer's last
+    ffmpeg, say) cannot be removed: ``janitor_tree_orphans`` counts it, as long as it stays;
+    once the file is closed a sweep removes it and the count is back to 0."""
+    setup, d, url = host
+
+    def orphans() -> float | None:
+        return value(httpx.get(f"{url}/metrics").text, "janitor_tree_orphans", tree="jobs")
+
+    assert orphans() == 0
+    assert value(d.metrics(), "janitor_tree_orphans", tree="cache") is None  # scratch only
+    folder, writer = orphan(setup, ".tmpstuck")
+    held = open(folder / "fa_v2" / "audio" / "fa-v2-audio-1-0.pcm", "rb")  # noqa: SIM115
+    try:
+        kill(writer)
+        eventually(lambda: orphans() == 1, what="the orphan counted")
+        time.sleep(2.5)  # reaps every second: still there, still counted
+        assert folder.exists() and orphans() == 1
+    finally:
+        held.close()
+    with d.client() as c:  # its orphan_age (1 s) passed: a sweep takes it now
+        assert c.post("/v1/sweep", json={"tree": "jobs", "dry_run": False}).status_code == 200
+    eventually(lambda: not folder.exists() and orphans() == 0, what="the orphan gone, uncounted")
+
+
+# -- a real Prometheus -----------------------------------------------------------------------------
+
+
+@contextmanager
+def prometheus(tmp_path: Path, target: str) -> Iterator[str]:
+    """Prometheus scraping ``target`` every second with the shipped alert rules; its URL."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus is not installed (Debian package prometheus; .ci/run installs it)")
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: [{json.dumps(str(ALERTS))}]\n"
+        "scrape_configs:\n"
+        "  - job_name: space-janitor\n"
+        f"    static_configs: [{{targets: [{json.dumps(target)}]}}]\n"
+    )
+    log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=log,
+        stderr=log,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+
+        def ready() -> bool:
+            assert proc.poll() is None, (tmp_path / "prometheus.log").read_text()
+            try:
+                return httpx.get(f"{url}/-/ready", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        eventually(ready, timeout=30, what="prometheus ready")
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def query(url: str, expr: str) -> list[dict[str, Any]]:
+    r = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=10)
+    body = r.json()
+    assert r.status_code == 200 and body["status"] == "success", (expr, body)
+    result: list[dict[str, Any]] = body["data"]["result"]
+    return result
+
+
+def test_a_real_prometheus_scrapes_it_and_every_dashboard_query_has_data(
+    host: tuple[DaemonSetup, Daemon, str], tmp_path: Path
+) -> None:
+    """What the fleet's operator gets: Prometheus on another address scrapes the listener; the
+    shipped rules load and evaluate without error; every panel of the dashboard has data,
+    after a grant, a refusal, a quota eviction and an orphan's removal happened."""
+    setup, d, url = host
+    with d.client() as c:  # 20 MiB held on the 32 MiB volume: 10 more do not fit now
+        held = c.post("/v1/reservations", json={"tree": "cache", "bytes": "20MiB"})
+        assert held.status_code == 201, held.text
+        refused = c.post("/v1/reservations", json={"tree": "cache", "bytes": "10MiB"})
+        assert refused.status_code == 507 and refused.json()["error"] == "refused", refused.text
+        assert c.delete(f"/v1/reservations/{held.json()['id']}").status_code == 200
+    for i in range(3):  # 12 MiB in an 8 MiB cache: the watcher has it swept
+        write_bytes(setup.tree / f"entry-{i}.bin", 4 * MiB)
+    folder, writer = orphan(setup, ".tmpgone")
+    kill(writer)
+    eventually(lambda: not folder.exists(), what="the orphan's removal")
+
+    def evicted() -> str | None:
+        text = d.metrics()
+        return text if "janitor_evicted_bytes_total" in text else None
+
+    metrics = eventually(evicted, what="an eviction counted")
+    assert value(metrics, "janitor_evicted_units_total", tree="jobs", reason="orphan")
+
+    with prometheus(tmp_path, url.removeprefix("http://")) as prom:
+        eventually(
+            lambda: [r["value"][1] for r in query(prom, 'up{job="space-janitor"}')] == ["1"],
+            timeout=30,
+            what="the first scrape",
+        )
+        eventually(
+            lambda: query(prom, "count_over_time(janitor_up[1m]) >= 4"),
+            timeout=30,
+            what="four scrapes (rates need two)",
+        )
+        (up,) = query(prom, "janitor_up")
+        assert up["metric"]["instance"] == url.removeprefix("http://")
+        empty = []
+        for expr in dashboard_exprs(json.loads(DASHBOARD.read_text())):
+            if not query(prom, substituted(expr)):
+                empty.append(expr)
+        assert empty == [], "dashboard queries without data"
+        rules = httpx.get(f"{prom}/api/v1/rules", timeout=10).json()["data"]["groups"]
+        loaded = {r["name"]: r for g in rules for r in g["rules"]}
+        assert set(loaded) == EXPECTED_ALERTS
+        bad = {name: r.get("lastError") for name, r in loaded.items() if r["health"] != "ok"}
+        assert bad == {}, bad
