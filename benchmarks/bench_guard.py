@@ -10,7 +10,14 @@
    hundreds of groups per recording do) and the first cut of a new job (its working set
    admitted, the job recorded). Target (issue 13, item 6): the guard adds at most 40 ms to the
    median and at most 25 %.
-2. ``janitor run --media FOLDER -- true`` over 100 media files with nothing remembered (a cold
+2. The checks batchalign3 makes on every conversion, called by name through the ``PATH`` as it
+   calls them: ``ffmpeg -version`` (bare, and through the guard with the daemon running and
+   with none) and ``ffprobe -v quiet -show_entries format=duration -of
+   default=noprint_wrappers=1:nokey=1 FILE`` on an m4a (bare, and with the guard's folder first
+   on ``PATH``: the guard wraps ffmpeg only, so this finds the same ffprobe, one ``stat`` later).
+   Interleaved with ``python -IS -c pass``, the interpreter start the guard cannot avoid.
+   Target: the guard adds at most 15 ms to ``-version`` (Python's start-up and an ``exec``).
+3. ``janitor run --media FOLDER -- true`` over 100 media files with nothing remembered (a cold
    probe cache each round): target at most 2 s on 2 cores. Baselines: ffprobe over the same
    files one after another, and ``python -c pass``.
 
@@ -40,6 +47,10 @@ from common import percentile
 TARGET_MS = 40.0
 TARGET_PCT = 25.0
 TARGET_PREFLIGHT_S = 2.0
+TARGET_VERSION_MS = 15.0
+#: batchalign3's duration query, as it runs it (the file is appended).
+FFPROBE_DURATION = ["ffprobe", "-v", "quiet", "-show_entries", "format=duration", "-of",
+                    "default=noprint_wrappers=1:nokey=1"]  # fmt: skip
 FFMPEG = shutil.which("ffmpeg")
 FFPROBE = shutil.which("ffprobe")
 
@@ -115,7 +126,60 @@ def timed(cmd: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - t
 
 
-def bench_cut(root: Path, env: dict[str, str], runs: int) -> dict[str, list[float]]:
+def timed_output(cmd: list[str], env: dict[str, str]) -> tuple[float, bytes]:
+    """Wall time and stdout of ``cmd``; a bare name is looked up on ``env``'s PATH."""
+    t = time.perf_counter()
+    done = subprocess.run(cmd, env=env, check=True, stdout=subprocess.PIPE)
+    return time.perf_counter() - t, done.stdout
+
+
+def bench_checks(
+    root: Path, env: dict[str, str], daemon_env: dict[str, str], lib_env: dict[str, str], runs: int
+) -> dict[str, list[float]]:
+    """batchalign3's per-conversion checks, bare and through the guarded PATH, interleaved.
+
+    Each call must print what the bare one prints (the real ffmpeg's version, the same
+    duration): a guard that answered itself or failed would show here, not only as a time.
+    """
+    m4a = root / "probe-me.m4a"
+    subprocess.run(
+        [FFMPEG, "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+         "sine=frequency=440:duration=60", "-ac", "1", "-c:a", "aac", "-b:a", "32k", str(m4a)],
+        check=True,
+    )  # fmt: skip
+    if shutil.which("ffprobe", path=daemon_env["PATH"]) != shutil.which(
+        "ffprobe", path=env["PATH"]
+    ):
+        raise SystemExit("bench: the guarded PATH finds another ffprobe")
+    version = ["ffmpeg", "-version"]
+    probe = [*FFPROBE_DURATION, str(m4a)]
+    modes = (
+        ("version-bare", version, env),
+        ("version-daemon", version, daemon_env),
+        ("version-library", version, lib_env),
+        ("python-IS", [sys.executable, "-I", "-S", "-c", "pass"], env),
+        ("ffprobe-bare", probe, env),
+        ("ffprobe-guarded", probe, daemon_env),
+    )
+    times: dict[str, list[float]] = {name: [] for name, _, _ in modes}
+    expected: dict[str, bytes] = {}
+    for i in range(runs + 3):
+        for name, cmd, menv in modes:
+            took, out = timed_output(cmd, menv)
+            what = name.partition("-")[0]
+            if expected.setdefault(what, out) != out:
+                raise SystemExit(f"bench: {name} printed {out[:60]!r}, bare printed otherwise")
+            if i >= 3:
+                times[name].append(took)
+    if not expected["version"].startswith(b"ffmpeg version"):
+        raise SystemExit(f"bench: ffmpeg -version printed {expected['version'][:60]!r}")
+    return times
+
+
+def bench_cut(
+    root: Path, env: dict[str, str], runs: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """The cut rows, then (with the same daemon running) :func:`bench_checks`'s rows."""
     wav = root / "cache" / "0123456789abcdef01234567.wav"
     make_wav(wav, 600)
     job = root / "tmp" / ".tmpBENCH" / "fa_v2" / "audio"
@@ -156,6 +220,10 @@ def bench_cut(root: Path, env: dict[str, str], runs: int) -> dict[str, list[floa
                         shutil.rmtree(folder)  # the job done: its working set goes with it
                     if i >= 3:
                         times[name + ("-first" if n else "")].append(took)
+        lines_before = guard_log_lines(env)
+        checks = bench_checks(root, env, daemon_env, lib_env, runs)
+        if guard_log_lines(env) != lines_before:
+            raise SystemExit("bench: ffmpeg -version through the guard wrote to guard.log")
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:
@@ -171,7 +239,12 @@ def bench_cut(root: Path, env: dict[str, str], runs: int) -> dict[str, list[floa
     held = (Path(env["JANITOR_LOG_DIR"]) / "guard.log").read_text().count("working set)")
     if held != 4 * (runs + 3):
         raise SystemExit(f"bench: expected {4 * (runs + 3)} guarded cuts, guard.log has {held}")
-    return times
+    return times, checks
+
+
+def guard_log_lines(env: dict[str, str]) -> int:
+    path = Path(env["JANITOR_LOG_DIR"]) / "guard.log"
+    return path.read_text().count("\n") if path.exists() else 0
 
 
 def bench_preflight(root: Path, env: dict[str, str], files: int, rounds: int) -> dict[str, float]:
@@ -225,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         env = sandbox(root)
         try:
-            cut = bench_cut(root, env, args.runs)
+            cut, checks = bench_cut(root, env, args.runs)
             pre = bench_preflight(root, env, args.files, args.rounds)
         finally:
             shutil.rmtree(env["JANITOR_RUNTIME_DIR"], ignore_errors=True)
@@ -252,6 +325,30 @@ def main(argv: list[str] | None = None) -> int:
                      f"+{extra * 1e3:.1f} ms (+{pct:.0f} %)",
                      f"<= +{TARGET_MS:g} ms, <= +{TARGET_PCT:g} %",
                      "meets" if meets else "MISSES"))  # fmt: skip
+    cmed = {k: statistics.median(v) for k, v in checks.items()}
+    cp90 = {k: percentile(sorted(v), 90) for k, v in checks.items()}
+    rows.append(("bare ffmpeg -version (by name on PATH)", f"{cmed['version-bare'] * 1e3:.1f} ms",
+                 f"{cp90['version-bare'] * 1e3:.1f} ms", "baseline", "-", "-"))  # fmt: skip
+    for name, label in (("version-daemon", "guarded ffmpeg -version, daemon running"),
+                        ("version-library", "guarded ffmpeg -version, no daemon")):  # fmt: skip
+        extra = cmed[name] - cmed["version-bare"]
+        meets = extra * 1e3 <= TARGET_VERSION_MS
+        ok &= meets
+        rows.append((label, f"{cmed[name] * 1e3:.1f} ms", f"{cp90[name] * 1e3:.1f} ms",
+                     f"+{extra * 1e3:.1f} ms (+{100 * extra / cmed['version-bare']:.0f} %)",
+                     f"<= +{TARGET_VERSION_MS:g} ms", "meets" if meets else "MISSES"))  # fmt: skip
+    rows.append(("python -I -S -c pass (the guard's interpreter start)",
+                 f"{cmed['python-IS'] * 1e3:.1f} ms", f"{cp90['python-IS'] * 1e3:.1f} ms", "-",
+                 "-", "-"))  # fmt: skip
+    rows.append(("bare ffprobe duration of an m4a (batchalign3's query)",
+                 f"{cmed['ffprobe-bare'] * 1e3:.1f} ms", f"{cp90['ffprobe-bare'] * 1e3:.1f} ms",
+                 "baseline", "-", "-"))  # fmt: skip
+    extra = cmed["ffprobe-guarded"] - cmed["ffprobe-bare"]
+    rows.append(("ffprobe, guard's folder first on PATH (not wrapped)",
+                 f"{cmed['ffprobe-guarded'] * 1e3:.1f} ms",
+                 f"{cp90['ffprobe-guarded'] * 1e3:.1f} ms",
+                 f"{extra * 1e3:+.1f} ms ({100 * extra / cmed['ffprobe-bare']:+.0f} %)",
+                 "same binary", "-"))  # fmt: skip
     pre_ok = pre["cold_median_s"] <= TARGET_PREFLIGHT_S
     ok &= pre_ok
     rows.append((f"janitor run --media ({args.files} files), nothing remembered",
@@ -265,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
     if args.json:
-        args.json.write_text(json.dumps({"cut": cut, "preflight": pre}, indent=2))
+        args.json.write_text(json.dumps({"cut": cut, "checks": checks, "preflight": pre}, indent=2))
     return 1 if args.strict and not ok else 0
 
 

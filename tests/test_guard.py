@@ -487,6 +487,51 @@ def test_an_unestimable_call_leaves_one_debug_line_in_the_guard_log(
     assert all(" DEBUG " in ln for ln in lines if "unguarded" in ln)
 
 
+def test_information_options_are_the_ones_the_estimator_stops_at() -> None:
+    from janitor.jobs import ffmpeg
+    from janitor.jobs.guard import INFO_OPTIONS, asks_only_for_information
+
+    exits = {f"-{name}" for name, kind in ffmpeg._OPTIONS.items() if kind & ffmpeg._EXIT}
+    assert exits == INFO_OPTIONS
+    for option in INFO_OPTIONS:
+        assert "writes no file" in (ffmpeg.parse([option, "-i", "a.wav", "b.wav"]).problem or "")
+    assert asks_only_for_information([]) and asks_only_for_information(["-version"])
+    assert not asks_only_for_information(["-y", "-version"])  # the parser decides those
+    assert not asks_only_for_information(["-i", "-version", "out.wav"])  # an input named so
+
+
+def test_ffmpeg_version_is_execd_before_the_estimator_loads_and_is_not_logged(
+    guard: Path, tmp_path: Path, janitor_env: Any
+) -> None:
+    """batchalign3 runs ``ffmpeg -version`` before every conversion: the guard hands it to the
+    real ffmpeg before importing the estimator, and writes no guard.log line for it."""
+    env = dict(os.environ, PATH=f"{guard.parent}{os.pathsep}{os.environ['PATH']}")
+    traced = subprocess.run(
+        [sys.executable, "-I", "-S", "-X", "importtime", str(guard), "-version"],
+        capture_output=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
+    bare = subprocess.run([REAL_FFMPEG, "-version"], capture_output=True, timeout=60)
+    assert traced.returncode == bare.returncode == 0
+    assert traced.stdout == bare.stdout
+    imported = [
+        line.rpartition("|")[2].strip()
+        for line in traced.stderr.decode().splitlines()
+        if line.startswith("import time:")
+    ]
+    assert "janitor.jobs.guard" in imported, traced.stderr
+    assert "janitor.jobs.ffmpeg" not in imported, imported
+    for args in (["-version"], ["-buildconf"], ["-h"], []):
+        guarded, bare = _both(guard, args, tmp_path)
+        assert (guarded.returncode, guarded.stdout) == (bare.returncode, bare.stdout), args
+        assert _untimed(guarded.stderr) == _untimed(bare.stderr), args
+    logs = list(Path(os.environ.get("XDG_STATE_HOME", "")).rglob("guard.log"))
+    logs += list(Path(os.environ["HOME"]).rglob("guard.log"))
+    assert [ln for f in set(logs) for ln in f.read_text().splitlines()] == []
+
+
 def test_a_guarded_write_gives_the_same_file_and_exit_as_bare_ffmpeg(
     guard: Path, wav_on_volume: Path, run_cli: Cli
 ) -> None:

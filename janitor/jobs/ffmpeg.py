@@ -28,12 +28,24 @@ ffmpeg 5.1 behaviours measured with the real binary and relied on here:
   than 16 bits switch to WAVE_FORMAT_EXTENSIBLE (+24 bytes); codecs other than integer PCM
   (float, mu-law, A-law) add a ``fact`` chunk (+12) and, when not extensible, a 2-byte cbSize.
   An odd data size gets one pad byte.
-- ``-ss S -to E`` cuts are sample exact: ``round((E - S) x rate)`` samples, whether the
-  options are on the input or the output side; ``-t`` wins over ``-to``; ``-to <= -ss`` makes
-  ffmpeg refuse. Beyond the input's end the output is simply shorter (or empty).
-- AAC inputs (m4a/mp4) decode to whole 1024-sample frames: up to 1023 samples more than the
-  duration ffprobe reports (which already has the priming removed), so one frame is added.
-  MP3, Opus and WMA decode to at most the ffprobe duration; FLAC, Vorbis and WAV to exactly it.
+- ``-ss S -to E`` on an input (batchalign3's UTR segments and group cuts) keeps
+  ``round((E - S) x in_rate)`` samples of the input, halves rounded up (and from sample
+  ``round(S x in_rate)`` to the decoder's last when the span runs past the end); ffmpeg's
+  resampler then writes ``n x out / in`` samples, its last partial one only past a remainder
+  measured per pair of rates (:func:`resampled_samples`). Measured over hundreds of spans, to the
+  millisecond and to the microsecond, from WAV, FLAC, MP3 and AAC at 16, 22.05, 44.1 and 48 kHz:
+  exact, except from 22,050 Hz where one span in about sixty came out one sample short of the
+  estimate. Spans under ~2 ms (the resampler's filter) come out shorter than estimated. On the
+  output side the window is applied in microseconds, rounded up. ``-t`` wins over ``-to``;
+  ``-to <= -ss`` makes ffmpeg refuse. Beyond the input's end the output is shorter (or empty).
+- AAC-LC in MP4 decodes whole 1024-sample frames from its edit list's start to the last frame
+  that begins before the edit's end: up to 1023 samples more than the duration ffprobe reports;
+  MP3 with a LAME/Lavf tag decodes its frames less the encoder delay and padding the tag
+  states, which ffprobe's duration still counts. Both are read from the header
+  (:func:`container_samples`), so their whole-file conversions and cuts past the end are exact;
+  without such a header one AAC frame is added to the duration (an upper bound). MP3 without
+  the tag, Opus and WMA decode to at most the ffprobe duration; FLAC, Vorbis and WAV to
+  exactly it.
 - ``x.pcm`` without ``-f`` is *not* raw PCM: ffmpeg picks its ALP (IMA ADPCM) muxer for it.
 - Options after the last output file are ignored by ffmpeg 5.1 (with a warning); a failing
   ffmpeg often leaves an empty output file behind (it opens outputs before encoding).
@@ -61,6 +73,7 @@ __all__ = [
     "OutputEstimate",
     "Probe",
     "container_duration",
+    "container_samples",
     "estimate",
     "estimate_command",
     "input_files",
@@ -68,6 +81,7 @@ __all__ = [
     "parse",
     "parse_time",
     "parse_time_us",
+    "resampled_samples",
     "wav_header_bytes",
 ]
 
@@ -144,6 +158,9 @@ class MediaInfo(_Record):
     ``sample_rate`` and ``channels`` are the largest over the file's audio streams (ffmpeg picks
     one by its own rules; the largest is an upper bound). ``codec``/``profile`` are those of the
     first audio stream. ``tags`` holds only the container tags that can reach a WAV header.
+    ``samples``: how many samples per channel the decoder emits, when the container says it
+    exactly and ffprobe's duration does not (AAC in MP4, MP3 with an encoder-delay tag; see
+    :func:`container_samples`); None when the duration is all we know.
     """
 
     __slots__ = (
@@ -153,6 +170,7 @@ class MediaInfo(_Record):
         "duration_s",
         "profile",
         "sample_rate",
+        "samples",
         "tags",
     )
 
@@ -166,6 +184,7 @@ class MediaInfo(_Record):
         profile: str = "",
         audio_streams: int = 1,
         tags: Mapping[str, str] | None = None,
+        samples: int | None = None,
     ) -> None:
         self.duration_s = duration_s
         self.sample_rate = sample_rate
@@ -174,6 +193,7 @@ class MediaInfo(_Record):
         self.profile = profile
         self.audio_streams = audio_streams
         self.tags: dict[str, str] = dict(tags) if tags else {}
+        self.samples = samples
 
 
 class OutputEstimate(_Record):
@@ -823,6 +843,161 @@ def _mp4_duration(f: BinaryIO, end: int) -> float | None:
     return duration / scale
 
 
+def container_samples(path: str, codec: str, profile: str, sample_rate: int) -> int | None:
+    """Samples per channel ffmpeg's decoder emits for ``path``, from its header, where
+    ffprobe's duration does not say it exactly; None for any other file, or when unsure.
+
+    - AAC-LC in MP4/M4A/MOV: it decodes whole 1024-sample frames, from the edit list's start
+      (the encoder's priming is skipped) to the end of the last frame that begins before the
+      edit's end, so up to 1023 samples past the duration ffprobe reports.
+    - MP3 with a LAME/Lavf/Lavc tag: its frames x 1152 (576 below 32 kHz), less the encoder's
+      delay and padding the tag states; ffprobe's duration counts both.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+            if codec == "aac" and profile == "LC" and head[4:8] == b"ftyp":
+                return _mp4_aac_samples(f, os.fstat(f.fileno()).st_size, sample_rate)
+            if codec == "mp3":
+                return _mp3_samples(f, head)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _boxes(f: BinaryIO, start: int, end: int) -> Iterable[tuple[bytes, int, int]]:
+    """The ISO BMFF boxes between ``start`` and ``end``: (type, body start, box end)."""
+    pos = start
+    while pos + 8 <= end:
+        f.seek(pos)
+        head = f.read(16)
+        size, kind, skip = int.from_bytes(head[:4], "big"), head[4:8], 8
+        if size == 1:
+            size, skip = int.from_bytes(head[8:16], "big"), 16
+        elif size == 0:
+            size = end - pos
+        if size < skip or pos + size > end:
+            return
+        yield kind, pos + skip, pos + size
+        pos += size
+
+
+def _box(f: BinaryIO, start: int, end: int, kind: bytes) -> tuple[int, int] | None:
+    for k, body, stop in _boxes(f, start, end):
+        if k == kind:
+            return body, stop
+    return None
+
+
+def _mp4_aac_samples(f: BinaryIO, size: int, sample_rate: int) -> int | None:
+    """The decoded length of an MP4's one AAC track (see :func:`container_samples`)."""
+    moov = _box(f, 0, size, b"moov")
+    mvhd = moov and _box(f, *moov, b"mvhd")
+    if not moov or not mvhd:
+        return None
+    f.seek(mvhd[0])
+    body = f.read(24)
+    movie_scale = int.from_bytes(body[20:24] if body[0] == 1 else body[12:16], "big")
+    tracks = []
+    for kind, start, stop in _boxes(f, *moov):
+        if kind != b"trak":
+            continue
+        mdia = _box(f, start, stop, b"mdia")
+        hdlr = mdia and _box(f, *mdia, b"hdlr")
+        if not mdia or not hdlr:
+            return None
+        f.seek(hdlr[0] + 8)
+        if f.read(4) == b"soun":
+            tracks.append((start, stop, mdia))
+    if len(tracks) != 1 or not movie_scale:
+        return None
+    start, stop, mdia = tracks[0]
+    mdhd = _box(f, *mdia, b"mdhd")
+    minf = _box(f, *mdia, b"minf")
+    stbl = minf and _box(f, *minf, b"stbl")
+    stts = stbl and _box(f, *stbl, b"stts")
+    if not mdhd or not stts:
+        return None
+    f.seek(mdhd[0])
+    body = f.read(24)
+    if int.from_bytes(body[20:24] if body[0] == 1 else body[12:16], "big") != sample_rate:
+        return None  # durations in another clock than the decoder's samples
+    # The edit list: one edit (the encoder's priming skipped, the padding after it dropped).
+    media_time, limit = 0, None
+    edts = _box(f, start, stop, b"edts")
+    elst = edts and _box(f, *edts, b"elst")
+    if elst:
+        f.seek(elst[0])
+        head = f.read(8)
+        wide = head[0] == 1
+        if int.from_bytes(head[4:8], "big") != 1:
+            return None  # several edits, or an empty one before: not this simple
+        entry = f.read(20 if wide else 12)
+        width = 8 if wide else 4
+        duration = int.from_bytes(entry[:width], "big")
+        media_time = int.from_bytes(entry[width : 2 * width], "big", signed=True)
+        if media_time < 0:
+            return None
+        if duration:  # in the movie's clock: ffmpeg rescales it to the track's, rounding
+            limit = media_time + (duration * sample_rate + movie_scale // 2) // movie_scale
+    # The frames: every one that begins before the edit's end is decoded whole, 1024 samples
+    # (the last one too, whatever shorter duration the table gives it).
+    f.seek(stts[0])
+    count = int.from_bytes(f.read(8)[4:8], "big")
+    table = f.read(8 * count)
+    if len(table) != 8 * count:
+        return None
+    kept = at = 0
+    for i in range(count):
+        frames = int.from_bytes(table[8 * i : 8 * i + 4], "big")
+        delta = int.from_bytes(table[8 * i + 4 : 8 * i + 8], "big")
+        if limit is not None and delta and at + frames * delta > limit:
+            kept += -(-(limit - at) // delta)
+            break
+        kept += frames
+        at += frames * delta
+    samples = kept * _AAC_FRAME - media_time
+    return samples if samples > 0 else None
+
+
+_AAC_FRAME = 1024  # samples an AAC-LC frame decodes to
+# Side information bytes after an MP3 frame's header, where a Xing/Info tag begins:
+# [MPEG-1][mono], as ffmpeg's xing_offtbl.
+_XING_OFFSET = {(True, False): 32, (True, True): 17, (False, False): 17, (False, True): 9}
+
+
+def _mp3_samples(f: BinaryIO, head: bytes) -> int | None:
+    """The decoded length of an MP3 with a Xing/Info frame count and a LAME-style delay tag."""
+    pos = 0
+    if head[:3] == b"ID3":  # an ID3v2 tag first: its size is syncsafe, footer flagged
+        size = 0
+        for b in head[6:10]:
+            size = (size << 7) | (b & 0x7F)
+        pos = 10 + size + (10 if head[5] & 0x10 else 0)
+    f.seek(pos)
+    frame = f.read(4 + 32 + 8 + 4 + 4 + 100 + 4 + 9 + 12 + 3)
+    if len(frame) < 4 or frame[0] != 0xFF or frame[1] & 0xE0 != 0xE0:
+        return None  # not a frame right there: ffmpeg would search; we do not
+    version, layer = (frame[1] >> 3) & 3, (frame[1] >> 1) & 3
+    if layer != 1 or version == 1:
+        return None  # layer III only (version 1 is reserved)
+    mpeg1, mono = version == 3, (frame[3] >> 6) == 3
+    at = 4 + _XING_OFFSET[(mpeg1, mono)]
+    if frame[at : at + 4] not in (b"Xing", b"Info"):
+        return None
+    flags = int.from_bytes(frame[at + 4 : at + 8], "big")
+    at += 8
+    if not flags & 1:
+        return None  # no frame count
+    frames = int.from_bytes(frame[at : at + 4], "big")
+    at += 4 + (4 if flags & 2 else 0) + (100 if flags & 4 else 0) + (4 if flags & 8 else 0)
+    if frame[at : at + 4] not in (b"LAME", b"Lavf", b"Lavc"):
+        return None
+    delays = int.from_bytes(frame[at + 21 : at + 24], "big")
+    samples = frames * (1152 if mpeg1 else 576) - (delays >> 12) - (delays & 0xFFF)
+    return samples if frames and samples > 0 else None
+
+
 def estimate_command(
     argv: Sequence[str],
     *,
@@ -968,11 +1143,9 @@ def _estimate_output(
     if maps and maps[0].rstrip("?").partition(":")[2] in ("", "a") and info.audio_streams > 1:
         return NotEstimable(f"-map {maps[0]} takes several audio streams")
 
-    duration = _written_us(in_window, window, info)
-    if isinstance(duration, NotEstimable):
-        return duration
-    # Sample counts round to nearest in ffmpeg; rounding up errs on the side of reserving.
-    frames = -(-duration * rate // 1000000)
+    frames = _written_samples(in_window, window, info, rate)
+    if isinstance(frames, NotEstimable):
+        return frames
     data = frames * channels * PCM_CODECS[codec]
     header = 0
     if fmt == "wav":
@@ -982,9 +1155,9 @@ def _estimate_output(
         header = wav_header_bytes(codec, rate, channels, tags, bitexact=bitexact) + (data & 1)
     whole_bytes = None
     if in_window.timed() or window.timed():
-        whole = _written_us(_Window(), _Window(), info)
+        whole = _written_samples(_Window(), _Window(), info, rate)
         if not isinstance(whole, NotEstimable):
-            whole_data = -(-whole * rate // 1000000) * channels * PCM_CODECS[codec]
+            whole_data = whole * channels * PCM_CODECS[codec]
             whole_bytes = whole_data + (header - (data & 1) + (whole_data & 1) if header else 0)
     return OutputEstimate(
         path,
@@ -993,7 +1166,7 @@ def _estimate_output(
         codec=codec,
         sample_rate=rate,
         channels=channels,
-        duration_s=duration / 1e6,
+        duration_s=frames / rate,
         header_bytes=header,
         input_index=index,
         whole_bytes=whole_bytes,
@@ -1036,6 +1209,83 @@ def _mapped_input(inv: Invocation, maps: list[str]) -> int | NotEstimable:
     if index >= len(inv.inputs):
         return NotEstimable(f"-map {maps[0]}: no such input (ffmpeg refuses)")
     return index
+
+
+#: What ffmpeg's resampler (libswresample's defaults: filter_size 32, cutoff 0.97, exact
+#: rational) writes for n input samples, measured with ffmpeg 5.1: n x out / in, and the last,
+#: partial sample only if ``n x out mod in`` reaches the remainder below (its filter wants that
+#: much input past the sample). Rates not listed write the partial sample whenever there is one
+#: (measured so from 22,050, 11,025, 24,000 and 32,000 Hz to 16 kHz): rounding up, which never
+#: counts low. Inputs shorter than the filter (about 2 ms) give fewer samples still.
+_RESAMPLER_LAST: dict[tuple[int, int], int] = {
+    (44100, 16000): 14500, (48000, 16000): 32000, (88200, 16000): 16200, (96000, 16000): 32000,
+}  # fmt: skip
+# Codecs that decode to exactly the duration ffprobe reports (to its microsecond).
+_EXACT_CODECS = ("flac", "vorbis")
+
+
+def resampled_samples(n: int, in_rate: int, out_rate: int) -> int:
+    """Samples ffmpeg writes at ``out_rate`` for ``n`` samples decoded at ``in_rate``.
+
+    >>> resampled_samples(441000, 44100, 16000)                         # 10 s
+    160000
+    >>> [resampled_samples(n, 44100, 16000) for n in (1000, 1001)]      # 362.81, 363.17
+    [363, 363]
+    """
+    if in_rate == out_rate:
+        return n
+    whole, rest = divmod(n * out_rate, in_rate)
+    if not rest:
+        return whole
+    return whole + (rest >= _RESAMPLER_LAST.get((in_rate, out_rate), 1))
+
+
+def _rescale(us: int, rate: int) -> int:
+    """Microseconds as samples at ``rate``, rounded as ffmpeg's av_rescale (halves away from 0)."""
+    return (us * rate + 500000) // 1000000
+
+
+def _decoded_samples(info: MediaInfo) -> tuple[int | None, bool]:
+    """Samples per channel the decoder emits at ``info.sample_rate``, and whether exactly."""
+    if info.samples is not None:
+        return info.samples, True
+    if info.duration_s is None:
+        return None, False
+    us = round(info.duration_s * 1e6)
+    if info.codec.startswith("pcm_") or info.codec in _EXACT_CODECS:
+        return _rescale(us, info.sample_rate), True
+    # Decoders that emit whole frames write a little past the probed duration.
+    pad = _END_PAD.get(info.codec, 0) * (2 if info.profile.startswith("HE") else 1)
+    return -(-us * info.sample_rate // 1000000) + pad, False
+
+
+def _written_samples(inp: _Window, out: _Window, info: MediaInfo, rate: int) -> int | NotEstimable:
+    """Samples per channel written at ``rate``: the input's read window, then the output's.
+
+    An input window (``-ss``/``-to``/``-t`` before ``-i``) is cut as ffmpeg cuts it: the span
+    rounded to whole samples of the input (``round((E - S) x in_rate)``; its start too, against
+    the end of what the decoder emits when the window runs past it), then resampled
+    (:func:`resampled_samples`). Exact where the decoded length is known
+    (:func:`_decoded_samples`); an output window, ``-sseof``, ``-itsoffset`` or several audio
+    streams go through microseconds, rounded up.
+    """
+    if out.timed() or inp.sseof is not None or inp.itsoffset is not None or info.audio_streams > 1:
+        us = _written_us(inp, out, info)
+        return us if isinstance(us, NotEstimable) else -(-us * rate // 1000000)
+    start = inp.ss or 0
+    end = inp.end(start)
+    if isinstance(end, NotEstimable):
+        return end
+    total, _ = _decoded_samples(info)
+    if end is None and total is None:
+        return NotEstimable("the input's duration is unknown")
+    in_rate = info.sample_rate
+    n = None if end is None else _rescale(end - start, in_rate)
+    if total is not None:
+        left = max(0, total - _rescale(start, in_rate))
+        n = left if n is None else min(n, left)
+    assert n is not None
+    return resampled_samples(n, in_rate, rate)
 
 
 def _written_us(inp: _Window, out: _Window, info: MediaInfo) -> int | NotEstimable:
@@ -1102,7 +1352,7 @@ def _output_tags(
 
 # -- probing inputs, with a cache shared across processes -----------------------------------------
 
-_CACHE_MAGIC = "janitor-probe 1"
+_CACHE_MAGIC = "janitor-probe 2"  # 2: with the decoded samples (entries of 1 are probed again)
 _PROBE_ENTRIES = "format=duration:format_tags:stream=codec_name,profile,sample_rate,channels"
 
 
@@ -1289,14 +1539,20 @@ class Probe:
         if seconds is not None and not (0 <= seconds < 1e9):
             seconds = None
         first = streams[0]
+        codec = str(first.get("codec_name") or "")
+        profile = str(first.get("profile") or "")
+        samples = None
+        if len(streams) == 1:
+            samples = container_samples(path, codec, profile, max(rates))
         return MediaInfo(
             seconds,
             max(rates),
             max(chans),
-            codec=str(first.get("codec_name") or ""),
-            profile=str(first.get("profile") or ""),
+            codec=codec,
+            profile=profile,
             audio_streams=len(streams),
             tags=tags,
+            samples=samples,
         )
 
 
@@ -1309,6 +1565,7 @@ def _encode_entry(key: tuple[int, int, int, int], info: MediaInfo) -> str:
         f"sample_rate {info.sample_rate}",
         f"channels {info.channels}",
         f"audio_streams {info.audio_streams}",
+        f"samples {'none' if info.samples is None else info.samples}",
         f"codec {_escape(info.codec)}",
         f"profile {_escape(info.profile)}",
     ]
@@ -1336,6 +1593,7 @@ def _decode_entry(text: str, key: tuple[int, int, int, int]) -> MediaInfo | None
         else:
             fields[name] = rest
     duration = None if fields["duration"] == "none" else float(fields["duration"])
+    samples = None if fields["samples"] == "none" else int(fields["samples"])
     return MediaInfo(
         duration,
         int(fields["sample_rate"]),
@@ -1344,6 +1602,7 @@ def _decode_entry(text: str, key: tuple[int, int, int, int]) -> MediaInfo | None
         profile=_unescape(fields["profile"]),
         audio_streams=int(fields["audio_streams"]),
         tags=tags,
+        samples=samples,
     )
 
 

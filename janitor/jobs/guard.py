@@ -9,11 +9,14 @@ through the ledger directly), then runs the real ffmpeg under the same supervisi
 output outgrows the reservation, and never outliving the guard. Arguments, stdin, stdout, stderr
 and the exit status are ffmpeg's own; signals sent to the guard reach ffmpeg.
 
-A call it cannot estimate (video, compressed outputs, ``-f null``, pipes, ``-version``, unknown
-options) or whose outputs lie on no managed volume is handed to the real ffmpeg with ``exec``:
-the guard never breaks an ffmpeg call. Refused or stopped, it exits 75 (EX_TEMPFAIL) with one
-stderr line that begins ``space-janitor:`` (batchalign3 shows ffmpeg's stderr to its users as
-it is), and the output is not left behind.
+A call it cannot estimate (video, compressed outputs, ``-f null``, pipes, unknown options) or
+whose outputs lie on no managed volume is handed to the real ffmpeg with ``exec``: the guard never
+breaks an ffmpeg call. A request for information (``ffmpeg -version``, which batchalign3 runs
+before every conversion, ``-h``, ``-buildconf`` ...; see :data:`INFO_OPTIONS`) writes no file: it
+is exec'd at once, before the estimator is imported and without a line in ``guard.log``.
+Refused or stopped, it exits 75 (EX_TEMPFAIL) with one stderr line that begins
+``space-janitor:`` (batchalign3 shows ffmpeg's stderr to its users as it is), and the output is
+not left behind.
 
 This module runs on the path of every alignment group, so it imports next to nothing at start:
 no typer, rich, pydantic or numpy; the library is loaded only when no daemon answers.
@@ -37,6 +40,8 @@ __all__ = [
     "EXIT_NO_FFMPEG",
     "EXIT_REFUSED",
     "GUARD_MARK",
+    "INFO_OPTIONS",
+    "asks_only_for_information",
     "find_real_ffmpeg",
     "main",
 ]
@@ -57,6 +62,14 @@ DEFAULT_WAIT_S = 120.0
 MARGIN = 0.05
 SLACK = 256 * 1024
 _SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+#: ffmpeg's options that print something and exit (OPT_EXIT in its option table, 5.1 to 7.1):
+#: the estimator's parser stops at one of them (janitor.jobs.ffmpeg, kind ``_EXIT``).
+INFO_OPTIONS = frozenset(
+    ("-L", "-h", "-?", "-help", "--help", "-version", "-buildconf", "-formats", "-muxers",
+     "-demuxers", "-devices", "-codecs", "-decoders", "-encoders", "-bsfs", "-protocols",
+     "-filters", "-pix_fmts", "-layouts", "-sample_fmts", "-dispositions", "-colors",
+     "-hwaccels", "-sources", "-sinks")
+)  # fmt: skip
 
 
 class GuardError(Exception):
@@ -80,6 +93,17 @@ def _size(n: float) -> str:
             return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} B"  # pragma: no cover
+
+
+def asks_only_for_information(args: Sequence[str]) -> bool:
+    """Whether this call writes no file for certain: no arguments (ffmpeg prints its usage) or
+    an information option first (``-version``, ``-h`` ...).
+
+    Checked before anything else is imported: batchalign3 runs ``ffmpeg -version`` before every
+    conversion, so it must cost no more than Python's start-up and an ``exec``. The estimator
+    would say the same (its parser stops at such an option, whatever follows), only later.
+    """
+    return not args or args[0] in INFO_OPTIONS
 
 
 # -- finding the real ffmpeg -----------------------------------------------------------------------
@@ -630,6 +654,9 @@ def main(
     except GuardError as exc:
         _say(str(exc))
         return EXIT_NO_FFMPEG
+    if asks_only_for_information(args):
+        # Not logged: hundreds a recording would push the lines that matter out of guard.log.
+        return _exec(real, args)
     try:
         request = _plan(args, cache_dir, real)
     except Exception as exc:  # never break ffmpeg: an estimate we cannot make runs unguarded
