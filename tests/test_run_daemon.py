@@ -52,13 +52,13 @@ def gone(pid: int) -> bool:
         return True
 
 
-def test_a_run_with_no_daemon_starts_its_own_and_every_guarded_call_takes_the_socket(
+def test_a_run_with_daemon_starts_its_own_and_every_guarded_call_takes_the_socket(
     pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli, tmp_path: Path
 ) -> None:
     p = pipeline("64m")
     src = m4a(12)
     done = run_cli(
-        "run", "--", *p.sim("--groups", "2", "--group-s", "2", src), timeout=180
+        "run", "--daemon", "--", *p.sim("--groups", "2", "--group-s", "2", src), timeout=180
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     reserved = [ln for ln in guard_lines() if " reserved through the " in ln]
@@ -74,11 +74,11 @@ def test_a_run_with_no_daemon_starts_its_own_and_every_guarded_call_takes_the_so
     assert [e for e in log if e["event"] in ("delete", "deleting")] == [], log
 
 
-def test_no_daemon_opt_out_opens_the_ledger(
+def test_without_daemon_the_guard_opens_the_ledger(
     pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli
 ) -> None:
     p = pipeline("64m")
-    done = run_cli("run", "--no-daemon", "--", *p.sim(m4a(5)), timeout=180)
+    done = run_cli("run", "--", *p.sim(m4a(5)), timeout=180)
     assert done.returncode == 0, done.stderr
     reserved = [ln for ln in guard_lines() if " reserved through the " in ln]
     assert reserved and all("through the ledger" in ln for ln in reserved), reserved
@@ -96,7 +96,7 @@ def test_the_runs_daemon_never_sweeps_what_a_standing_daemon_would(
         f = p.cache / f"{i:024x}.wav"
         f.write_bytes(b"\0" * (512 * 1024))
         os.utime(f, (old, old))
-    done = run_cli("run", "--", "sleep", "3", timeout=60)
+    done = run_cli("run", "--daemon", "--", "sleep", "3", timeout=60)
     assert done.returncode == 0, done.stderr
     assert len(run_daemons()) == 1
     assert len(list(p.cache.glob("*.wav"))) == 4
@@ -109,7 +109,7 @@ def test_a_killed_run_takes_its_daemon_along(
 ) -> None:
     pipeline("64m")
     run = subprocess.Popen(
-        [str(JANITOR_BIN), "run", "--", "sleep", "60"],
+        [str(JANITOR_BIN), "run", "--daemon", "--", "sleep", "60"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -160,7 +160,7 @@ def test_a_daemon_with_another_policy_is_named_by_run_guard_and_doctor(
     standing = _standing(p, tmp_path, policy=other)
     try:
         env = {"JANITOR_POLICY": str(p.policy)}
-        done = run_cli("run", "--", *p.sim(m4a(5)), env=env, timeout=180)
+        done = run_cli("run", "--daemon", "--", *p.sim(m4a(5)), env=env, timeout=180)
         assert done.returncode == 0, done.stderr
         assert f"the daemon (pid {standing.pid}) runs policy {other}, not this run's " in (
             done.stderr
@@ -235,7 +235,7 @@ def test_the_runs_daemon_takes_no_port_the_users_daemon_would(
             "JANITOR_METRICS_LISTEN": f"127.0.0.1:{port + 1 if port < 65535 else port - 1}",
             "JANITOR_METRICS_TEXTFILE": str(textfile),
         }
-        done = run_cli("run", "--", *p.sim(m4a(5)), env=env, timeout=180)
+        done = run_cli("run", "--daemon", "--", *p.sim(m4a(5)), env=env, timeout=180)
     assert done.returncode == 0, done.stderr
     assert len(run_daemons()) == 1
     reserved = [ln for ln in guard_lines() if " reserved through the " in ln]

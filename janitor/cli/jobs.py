@@ -112,12 +112,12 @@ def run_(
     keep: Annotated[
         bool, typer.Option("--keep", help="Leave the job folders COMMAND left behind.")
     ] = False,
-    no_daemon: Annotated[
+    own_daemon: Annotated[
         bool,
         typer.Option(
-            "--no-daemon",
-            help="With no daemon running, do not start one for the run (each guarded call "
-            "then opens the ledger itself: slower).",
+            "--daemon/--no-daemon",
+            help="With no daemon running, start one for the run, so each guarded call takes "
+            "the socket (faster). Off by default for now: see the README.",
         ),
     ] = False,
 ) -> None:
@@ -132,7 +132,7 @@ def run_(
 
     jan = open_janitor()
     _check_route(command, require_fit=require_fit)
-    daemon = run_daemon(jan.settings, secrets.token_hex(4), start=not no_daemon)
+    daemon = run_daemon(jan.settings, secrets.token_hex(4), start=own_daemon)
     try:
         _run(jan, command, media, concurrency, require_fit=require_fit, keep=keep, daemon=daemon)
     finally:
