@@ -282,10 +282,13 @@ def test_an_outside_writer_makes_the_guard_stop_ffmpeg_above_zero(
 
 
 def _sim_process(run: subprocess.Popen[str]) -> psutil.Process:
+    # The simulator itself: argv[1] is its script. A child that ``janitor run`` forked and has
+    # not exec'd yet (the run's own daemon, or the command) still carries the run's argv, which
+    # names the simulator further on: killing that one kills the wrong process.
     def find() -> psutil.Process | None:
         for child in psutil.Process(run.pid).children(recursive=True):
             try:
-                if str(SIM) in " ".join(child.cmdline()):
+                if child.cmdline()[1:2] == [str(SIM)]:
                     return child
             except psutil.Error:
                 continue

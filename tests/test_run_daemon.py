@@ -52,14 +52,12 @@ def gone(pid: int) -> bool:
         return True
 
 
-def test_a_run_with_daemon_starts_its_own_and_every_guarded_call_takes_the_socket(
+def test_a_run_starts_a_daemon_of_its_own_and_every_guarded_call_takes_the_socket(
     pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli, tmp_path: Path
 ) -> None:
     p = pipeline("64m")
     src = m4a(12)
-    done = run_cli(
-        "run", "--daemon", "--", *p.sim("--groups", "2", "--group-s", "2", src), timeout=180
-    )  # fmt: skip
+    done = run_cli("run", "--", *p.sim("--groups", "2", "--group-s", "2", src), timeout=180)
     assert done.returncode == 0, done.stderr
     reserved = [ln for ln in guard_lines() if " reserved through the " in ln]
     assert len(reserved) == 3, guard_lines()  # the cache WAV and the two cuts
@@ -78,11 +76,49 @@ def test_without_daemon_the_guard_opens_the_ledger(
     pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli
 ) -> None:
     p = pipeline("64m")
-    done = run_cli("run", "--", *p.sim(m4a(5)), timeout=180)
+    done = run_cli("run", "--no-daemon", "--", *p.sim(m4a(5)), timeout=180)
     assert done.returncode == 0, done.stderr
     reserved = [ln for ln in guard_lines() if " reserved through the " in ln]
     assert reserved and all("through the ledger" in ln for ln in reserved), reserved
     assert run_daemons() == []
+
+
+def test_a_run_whose_daemon_dies_goes_on_through_the_ledger(
+    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli, tmp_path: Path
+) -> None:
+    """The run's own daemon SIGKILLed after the job's first cut: the later cuts are admitted
+    through the ledger, the job ends well, and nothing stays held."""
+    p = pipeline("64m")
+    report = tmp_path / "report.jsonl"
+    sim = p.sim("--groups", "4", "--group-s", "2", "--pause-s", "1.5", "--report", report, m4a(12))
+    run = subprocess.Popen(
+        [str(JANITOR_BIN), "run", "--", *sim],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        eventually(
+            lambda: report.exists() and len(report.read_text().splitlines()) >= 2,
+            timeout=90,
+            what="the cache WAV and the first cut",
+        )
+        ((pid, _sock, _policy),) = run_daemons()
+        os.kill(pid, signal.SIGKILL)
+        _out, err = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 0, err
+    writes = [json.loads(ln) for ln in report.read_text().splitlines()]
+    assert len(writes) == 5, writes  # the cache WAV and four cuts, every one whole
+    reserved = [ln for ln in guard_lines() if " reserved through the " in ln]
+    assert any("through the daemon" in ln for ln in reserved), reserved
+    assert "through the ledger" in reserved[-1], reserved  # the last cut: after the kill
+    held = json.loads(run_cli("status", "--json").stdout)
+    assert held["reservations"] == [], held
 
 
 def test_the_runs_daemon_never_sweeps_what_a_standing_daemon_would(
@@ -96,7 +132,7 @@ def test_the_runs_daemon_never_sweeps_what_a_standing_daemon_would(
         f = p.cache / f"{i:024x}.wav"
         f.write_bytes(b"\0" * (512 * 1024))
         os.utime(f, (old, old))
-    done = run_cli("run", "--daemon", "--", "sleep", "3", timeout=60)
+    done = run_cli("run", "--", "sleep", "3", timeout=60)
     assert done.returncode == 0, done.stderr
     assert len(run_daemons()) == 1
     assert len(list(p.cache.glob("*.wav"))) == 4

@@ -117,9 +117,9 @@ def run_(
         typer.Option(
             "--daemon/--no-daemon",
             help="With no daemon running, start one for the run, so each guarded call takes "
-            "the socket (faster). Off by default for now: see the README.",
+            "the socket (faster); --no-daemon: each guarded call opens the ledger itself.",
         ),
-    ] = False,
+    ] = True,
 ) -> None:
     """Run COMMAND with the guarded ffmpeg first on its PATH; exit with COMMAND's code.
 

@@ -2,8 +2,8 @@
 
 With no daemon, every guarded ffmpeg call opens the ledger itself (about +230 ms a call, against
 +28 ms over the daemon's socket: ``benchmarks/bench_guard.py``). So ``janitor run`` uses the
-user's daemon when one answers and runs the run's policy; else, with ``--daemon`` (off by
-default until a daemon seen to vanish mid-run under load is explained), a daemon of its own,
+user's daemon when one answers and runs the run's policy; else (unless ``--no-daemon``) a
+daemon of its own,
 ``janitor daemon --admission-only`` in a runtime folder of its own
 (``/run/user/1000/space-janitor/run-3f2a9c1b/janitor.sock``), and points the command's guard
 at it through ``JANITOR_RUNTIME_DIR``. That daemon admits, queues and watches risk, as the
@@ -126,7 +126,7 @@ def run_daemon(settings: Settings, run_id: str, *, start: bool = True) -> RunDae
         note, mismatch = "no daemon runs", False
     if not start:
         return RunDaemon(
-            note + "; guarded calls open the ledger themselves (--daemon starts one)",
+            note + "; guarded calls open the ledger themselves (--no-daemon)",
             {},
             mismatch,
         )
