@@ -187,6 +187,11 @@ def _run(
     if result.stopped:
         line += f"; {result.stopped} stopped early"
     say(line)
+    if result.interrupted:
+        say(
+            f"run {result.run_id} was interrupted ({', '.join(result.interrupted)}): "
+            f"{command[0]} exited {result.exit_code}"
+        )
     if result.removed:
         say(
             f"removed {len(result.removed)} job folders left behind "

@@ -188,6 +188,15 @@ class EstimateRequest(BaseModel):
     )
 
 
+class WrittenOutput(BaseModel):
+    """One output of a guarded call and the bytes it held when ffmpeg ended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(max_length=4096)
+    bytes: int = Field(ge=0, le=1 << 50)
+
+
 class GuardRelease(BaseModel):
     """What a guarded call held: its reservations and pins, ended together."""
 
@@ -195,6 +204,10 @@ class GuardRelease(BaseModel):
 
     reservations: list[str] = Field(default_factory=list, max_length=256)
     pins: list[str] = Field(default_factory=list, max_length=256)
+    #: What the call left at its outputs (``janitor run`` sums it up), its job and run.
+    written: list[WrittenOutput] = Field(default_factory=list, max_length=256)
+    job: str | None = Field(None, max_length=256)
+    run: str | None = Field(None, max_length=64)
 
 
 class SweepRequest(BaseModel):
@@ -508,9 +521,10 @@ class _Calls:
         return probe
 
     def guard_release(self, req: GuardRelease) -> bytes:
-        from janitor.jobs.writes import close
+        from janitor.jobs.writes import Written, close
 
-        close(self.daemon.janitor, req.reservations, req.pins)
+        written = [Written(w.path, w.bytes) for w in req.written]
+        close(self.daemon.janitor, req.reservations, req.pins, written, job=req.job, run=req.run)
         return _dumps({"reservations": req.reservations, "pins": req.pins})
 
 

@@ -376,6 +376,8 @@ class _Hold:
     pins: list[str]
     unguarded: list[str]
     waited_s: float
+    #: The call's job label and ``janitor run`` id, for the log's ``wrote`` lines.
+    labels: dict[str, Any]
 
     @property
     def own(self) -> list[str]:
@@ -388,7 +390,9 @@ class _Hold:
     def at_risk(self, rid: str) -> str | None:
         raise NotImplementedError
 
-    def release(self) -> None:
+    def release(self, written: list[dict[str, Any]] | None = None) -> None:
+        """End what the call alone held; ``written`` (``{"path", "bytes"}`` per output) goes
+        in the ledger's log for ``janitor run``'s summary."""
         raise NotImplementedError
 
 
@@ -407,6 +411,7 @@ class _DaemonHold(_Hold):
 
     def __init__(self, daemon: _Daemon, request: dict[str, Any], log_dir: str | None) -> None:
         self.daemon = daemon
+        self.labels = {"job": request.get("job"), "run": request.get("run")}
         status, body = daemon.call("POST", "/v1/guard", request)
         if status == 202 and isinstance(body, dict) and body.get("ticket"):
             # Queued: say so once, then wait in turn (the daemon answers when admitted).
@@ -436,11 +441,10 @@ class _DaemonHold(_Hold):
         status, body = self.daemon.call("GET", f"/v1/reservations/{rid}")
         return body.get("at_risk") if status == 200 and isinstance(body, dict) else None
 
-    def release(self) -> None:
-        if self.own or self.pins:
-            self.daemon.call(
-                "POST", "/v1/guard/release", {"reservations": self.own, "pins": self.pins}
-            )
+    def release(self, written: list[dict[str, Any]] | None = None) -> None:
+        if self.own or self.pins or written:
+            body = {"reservations": self.own, "pins": self.pins, "written": written or []}
+            self.daemon.call("POST", "/v1/guard/release", {**body, **self.labels})
 
 
 #: The ``error`` of a 507 answer that refuses a call (the numbers say why).
@@ -471,6 +475,7 @@ class _LibraryHold(_Hold):
         except (JanitorError, OSError) as exc:
             raise GuardError(str(exc)) from None
         self.session = session
+        self.labels = {"job": request.get("job"), "run": request.get("run")}
         _unpack(self, session.as_dict())
 
     def cover(self, pid: int) -> None:
@@ -486,10 +491,11 @@ class _LibraryHold(_Hold):
             return exc.reason
         return None
 
-    def release(self) -> None:
-        from janitor.jobs.writes import close
+    def release(self, written: list[dict[str, Any]] | None = None) -> None:
+        from janitor.jobs.writes import Written, close
 
-        close(self.jan, self.own, self.pins)
+        outputs = [Written.from_wire(w) for w in written or ()]
+        close(self.jan, self.own, self.pins, outputs, **self.labels)
         self.jan.ledger.close()
 
 
@@ -569,6 +575,20 @@ def _remove_output(path: str, before: tuple[int, int] | None) -> bool:
     except OSError:
         return False
     return True
+
+
+def _written(before: dict[str, tuple[int, int] | None]) -> list[dict[str, Any]]:
+    """What ffmpeg left at each output (a partial file too), leaving out a file it did not
+    touch: ``janitor run`` sums these up as what the run wrote."""
+    out = []
+    for path, was in before.items():
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if (st.st_ino, st.st_mtime_ns) != was:
+            out.append({"path": path, "bytes": st.st_size})
+    return out
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -799,7 +819,7 @@ def _run(real: str, args: list[str], hold: _Hold, log_dir: str | None) -> int:
         if stopped is not None:
             removed = [o for o, b in before.items() if _remove_output(o, b)]
         try:
-            hold.release()
+            hold.release(_written(before))
         except Exception:
             pass  # ended with us: the owner is gone once we exit
     if stopped is not None:

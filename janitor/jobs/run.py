@@ -24,7 +24,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,8 @@ WAV_RATE = 32_000
 PCM_RATE = 64_000
 WAV_HEADER = 78  # what ffmpeg's wav muxer writes: RIFF/fmt/data and a LIST chunk naming Lavf
 _CHUNK = 65536
+#: How long a run waits, once its command ended, for guarded calls still finishing their files.
+GUARD_GRACE_S = 10.0
 
 
 def fingerprint(path: str | os.PathLike[str]) -> str | None:
@@ -272,6 +274,8 @@ class RunResult:
     removed: tuple[str, ...] = ()
     removed_bytes: int = 0
     kept: tuple[tuple[str, str], ...] = field(default=())
+    #: The signals the run got while the command ran (``SIGINT`` for a Ctrl-C), in order.
+    interrupted: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -286,6 +290,7 @@ class RunResult:
             "removed": list(self.removed),
             "removed_bytes": self.removed_bytes,
             "kept": [{"path": p, "why": w} for p, w in self.kept],
+            "interrupted": list(self.interrupted),
         }
 
 
@@ -371,8 +376,11 @@ def run_command(
         child_env["JANITOR_POLICY"] = str(jan.settings.policy_path)
     if daemon is not None:
         child_env.update(daemon.env)
+    received: list[int] = []
     try:
-        child, previous = forward_signals(lambda: Supervised(list(command), env=child_env))
+        child, previous = forward_signals(
+            lambda: Supervised(list(command), env=child_env), received
+        )
     except OSError as exc:
         raise ConfigError(f"cannot run {command[0]!r}: {exc.strerror}") from None
     try:
@@ -381,10 +389,55 @@ def run_command(
         restore_signals(previous)
         if child.returncode is None:
             child.stop(5.0)
+        # A command that ends on Ctrl-C may leave its guarded calls finishing their files: they
+        # record what they wrote (through the daemon) before it stops and the summary counts.
+        _wait_for_guards(run_id, bin_dir / "ffmpeg", GUARD_GRACE_S)
         if daemon is not None:
             daemon.stop()  # before the summary: nothing else reaps or removes meanwhile
     assert returncode is not None
-    return _summary(jan, exit_code(returncode), run_id, label, started, before, clean=clean)
+    result = _summary(jan, exit_code(returncode), run_id, label, started, before, clean=clean)
+    return replace(result, interrupted=_signal_names(received))
+
+
+def _signal_names(signums: Iterable[int]) -> tuple[str, ...]:
+    """``SIGINT``, ``SIGTERM`` ...: the signals a run got, each once, in order."""
+    import signal
+
+    names: list[str] = []
+    for n in signums:
+        try:
+            name = signal.Signals(n).name
+        except ValueError:
+            name = f"signal {n}"
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def _wait_for_guards(run_id: str, guard: Path, timeout: float) -> None:
+    """Wait (at most ``timeout`` seconds) until no guarded ffmpeg call of run ``run_id`` is
+    left: a process of ours running the run's guard script with the run's id in its
+    environment (a guard of another run, sharing the script, is not waited for)."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    me, script = os.getuid(), str(guard)
+    while True:
+        left = False
+        for proc in psutil.process_iter(["uids", "cmdline"]):
+            try:
+                if proc.info["uids"] is None or proc.info["uids"].real != me:
+                    continue
+                if script not in (proc.info["cmdline"] or [])[:2]:
+                    continue
+                if proc.environ().get("JANITOR_RUN") == run_id:
+                    left = True
+                    break
+            except (psutil.Error, OSError):
+                continue
+        if not left or time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
 
 
 def _summary(
@@ -408,11 +461,13 @@ def _summary(
             mine[e.reservation] = e
         elif e.event == "refuse" and e.detail.get("job") == label:
             refusals += 1
-    written = 0
+    # What its calls left at their outputs, whoever held the bytes (a reservation of the call's
+    # own, its job's working set; through the daemon or the ledger), a partial file included.
+    written = sum(
+        int(e.bytes or 0) for e in entries if e.event == "wrote" and e.detail.get("run") == run_id
+    )
     stopped = 0
     for e in entries:
-        if e.reservation in mine and e.event == "release":
-            written += int(e.detail.get("written", 0) or 0)
         if e.event == "at-risk" and e.reservation in mine:
             stopped += 1
     reserved = sum(int(e.bytes or 0) for e in mine.values())

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORWARDED_SIGNALS",
+    "TERMINAL_SIGNALS",
     "Supervised",
     "exit_code",
     "forward_signals",
@@ -341,15 +342,32 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def forward_signals(start: Callable[[], Supervised]) -> tuple[Supervised, dict[int, Any]]:
+#: The signals a terminal sends to its whole foreground process group (Ctrl-C, Ctrl-\\).
+TERMINAL_SIGNALS = (signal.SIGINT, signal.SIGQUIT)
+
+
+def _from_terminal(signum: int) -> bool:
+    """True when ``signum`` is one the terminal sent to our whole process group: a keyboard
+    signal while our group is the terminal's foreground group. A command in the foreground
+    shares that group, so it got the signal already; sending it again is what makes ffmpeg
+    quit at once ("Immediate exit requested") instead of finishing its file. A shell does not
+    pass Ctrl-C on to its foreground job either."""
+    return signum in TERMINAL_SIGNALS and in_foreground()
+
+
+def forward_signals(
+    start: Callable[[], Supervised], received: list[int] | None = None
+) -> tuple[Supervised, dict[int, Any]]:
     """Start the command with ``start()`` and pass the signals we get on to it (its process
     group); handle job control. Returns the command and the previous handlers, for
-    :func:`restore_signals`.
+    :func:`restore_signals`; each signal we got is appended to ``received``.
 
     The handlers go in before the command starts: a signal that comes while it starts (a
     Ctrl-C, or a SIGTERM sent as soon as the command said it was ready) is passed on the moment
-    the command runs, instead of killing us unforwarded. Ctrl-Z stops the command and then us,
-    so the shell that ran us sees a stopped job; SIGCONT (``fg``) continues both.
+    the command runs, instead of killing us unforwarded. A command in the terminal's foreground
+    gets Ctrl-C and Ctrl-\\ from the terminal itself: those are not sent again. Ctrl-Z stops
+    the command and then us, so the shell that ran us sees a stopped job; SIGCONT (``fg``)
+    continues both.
     """
     import threading
 
@@ -360,10 +378,12 @@ def forward_signals(start: Callable[[], Supervised]) -> tuple[Supervised, dict[i
     early: list[int] = []
 
     def forward(signum: int, frame: FrameType | None) -> None:
-        if started:
-            started[0].signal(signum)
-        else:
+        if received is not None:
+            received.append(signum)
+        if not started:
             early.append(signum)
+        elif not (started[0].foreground and _from_terminal(signum)):
+            started[0].signal(signum)
 
     def suspend(signum: int, frame: FrameType | None) -> None:
         started[0].signal(signal.SIGSTOP)

@@ -53,6 +53,7 @@ __all__ = [
     "Prepared",
     "Queued",
     "WriteSession",
+    "Written",
     "close",
     "grant",
     "locate",
@@ -163,6 +164,19 @@ class WriteSession:
             "jobs": list(self.jobs),
             "waited_s": self.waited_s,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What a guarded call left at one output when ffmpeg ended: its path and its size in bytes
+    (as ``ls -l`` says it; a file cut short by Ctrl-C counts what it holds)."""
+
+    path: str
+    bytes: int
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Written:
+        return cls(str(data["path"]), int(data["bytes"]))
 
 
 class Queued(Exception):
@@ -677,8 +691,26 @@ def open_writes(
 # -- 4. the end of a call ------------------------------------------------------------------------
 
 
-def close(jan: Janitor, reservations: Sequence[str], pins: Sequence[str]) -> None:
-    """End what a call alone held (those already ended are skipped); a job's stay."""
+def close(
+    jan: Janitor,
+    reservations: Sequence[str],
+    pins: Sequence[str],
+    written: Sequence[Written] = (),
+    *,
+    job: str | None = None,
+    run: str | None = None,
+) -> None:
+    """End what a call alone held (those already ended are skipped; a job's stay), after one
+    ``wrote`` line per output in the log: what ``janitor run`` sums up as written, whether the
+    bytes were drawn on a reservation of the call's own or on its job's working set."""
+    if written:
+
+        def note(tx: Tx) -> None:
+            now = time.time()
+            for w in written:
+                tx.log.add("wrote", path=w.path, nbytes=w.bytes, ts=now, job=job, run=run)
+
+        jan.ledger.call(note)
     for rid in reservations:
         try:
             jan.release(rid)
