@@ -583,6 +583,19 @@ def raw_sql(ledger: Ledger) -> Iterator[sqlite3.Connection]:
 
 SIM = Path(__file__).with_name("pipeline_sim.py")
 REAL_FFMPEG = shutil.which("ffmpeg") or "ffmpeg"
+
+#: The trees of the shipped policy (policies/batchalign3.toml), by name.
+SHIPPED_TREES = frozenset(
+    {
+        "media_cache",
+        "job_tmp",
+        "batchalign3_logs",
+        "batchalign3_jobs",
+        "hf_hub",
+        "stanza",
+        "analysis_cache",
+    }
+)
 PCM_RATE = 64_000  # 16 kHz mono f32le
 WAV_RATE = 32_000  # 16 kHz mono s16le
 

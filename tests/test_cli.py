@@ -20,7 +20,7 @@ import pytest
 
 from janitor.config.settings import shipped_policy_path
 
-from .conftest import JANITOR_BIN, JanitorEnv, MiB, Volume, free_of, one_line_error
+from .conftest import JANITOR_BIN, SHIPPED_TREES, JanitorEnv, MiB, Volume, free_of, one_line_error
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 MakeVolume = Callable[..., Volume]
@@ -411,15 +411,7 @@ def test_default_policy_status_works(run_cli: Cli) -> None:
     """The README's quick start: ``janitor status`` on the shipped policy, on a fresh machine."""
     data = _json(_ok(run_cli("status", "--json")))
     _is_shipped_policy(data["policy"])
-    assert {t["name"] for t in data["trees"]} == {
-        "media_cache",
-        "job_tmp",
-        "batchalign3_logs",
-        "batchalign3_jobs",
-        "hf_hub",
-        "stanza",
-        "analysis_cache",
-    }
+    assert {t["name"] for t in data["trees"]} == SHIPPED_TREES
 
 
 def test_policy_validate(tmp_path: Path, run_cli_many: Any) -> None:

@@ -19,7 +19,7 @@ from janitor.config.policy import MAX_PROBLEMS_SHOWN, load_policy
 from janitor.config.settings import shipped_policy_path
 from janitor.errors import ConfigError, PolicyError, UnknownTree
 
-from .conftest import JanitorEnv, MiB, total_of
+from .conftest import SHIPPED_TREES, JanitorEnv, MiB, total_of
 
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="XDG placeholders are Linux's layout"
@@ -501,15 +501,7 @@ def test_shipped_policy_loads(janitor_env: JanitorEnv) -> None:
     path = shipped_policy_path()
     assert path.is_file(), path
     pol = load_policy(path, state_dir=janitor_env.state_dir)
-    assert set(pol.trees) == {
-        "media_cache",
-        "job_tmp",
-        "batchalign3_logs",
-        "batchalign3_jobs",
-        "hf_hub",
-        "stanza",
-        "analysis_cache",
-    }
+    assert set(pol.trees) == SHIPPED_TREES
     media, job = pol.trees["media_cache"], pol.trees["job_tmp"]
     assert media.role == "cache"
     assert job.role == "scratch"
@@ -538,15 +530,7 @@ def test_shipped_media_cache_follows_the_pipeline_variable(
 def test_shipped_policy_is_the_default(janitor_env: JanitorEnv) -> None:
     jan = Janitor.from_settings()
     assert jan.policy.source == shipped_policy_path()
-    assert set(jan.policy.trees) == {
-        "media_cache",
-        "job_tmp",
-        "batchalign3_logs",
-        "batchalign3_jobs",
-        "hf_hub",
-        "stanza",
-        "analysis_cache",
-    }
+    assert set(jan.policy.trees) == SHIPPED_TREES
 
 
 def test_user_policy_in_the_config_dir_beats_the_shipped_one(

@@ -813,24 +813,11 @@ def _wav_duration(f: BinaryIO) -> float | None:
 
 def _mp4_duration(f: BinaryIO, end: int) -> float | None:
     """mvhd's duration / timescale, found by walking the boxes down to moov/mvhd."""
-    pos, limit = 0, end
-    for wanted in (b"moov", b"mvhd"):
-        while True:
-            if pos + 8 > limit:
-                return None
-            f.seek(pos)
-            head = f.read(16)
-            size, kind, skip = int.from_bytes(head[:4], "big"), head[4:8], 8
-            if size == 1:
-                size, skip = int.from_bytes(head[8:16], "big"), 16
-            elif size == 0:
-                size = limit - pos
-            if size < skip:
-                return None
-            if kind == wanted:
-                limit, pos = pos + size, pos + skip
-                break
-            pos += size
+    moov = _box(f, 0, end, b"moov")
+    mvhd = moov and _box(f, *moov, b"mvhd")
+    if not moov or not mvhd:
+        return None
+    pos = mvhd[0]
     f.seek(pos)
     body = f.read(32)
     version = body[0]
