@@ -11,6 +11,7 @@ import typer
 from janitor.cli.common import (
     DryRunOpt,
     JsonOpt,
+    at_least,
     fail,
     lasting,
     open_janitor,
@@ -18,7 +19,7 @@ from janitor.cli.common import (
     say,
     settings,
 )
-from janitor.errors import EXIT_PROBLEM, EXIT_TEMPFAIL
+from janitor.errors import EXIT_BAD_INPUT, EXIT_PROBLEM, EXIT_TEMPFAIL
 
 if TYPE_CHECKING:
     from janitor.core import Janitor
@@ -103,7 +104,10 @@ def run_(
         typer.Option("--media", help="Media files or folders the job reads (pre-flight)."),
     ] = None,
     concurrency: Annotated[
-        int, typer.Option(help="Files the job processes at once (pre-flight).", min=1)
+        int,
+        typer.Option(
+            help="Files the job processes at once, 1 or more (pre-flight).", callback=at_least(1)
+        ),
     ] = 1,
     require_fit: Annotated[
         bool,
@@ -127,6 +131,13 @@ def run_(
     beside each volume's headroom. At the end: what the run reserved and wrote, and the job
     temp folders it left behind, removed with every deleter check.
     """
+    if command[0].startswith("-") and len(command[0]) > 1:  # an option run does not have
+        why = " (its report is for people, on stderr)" if command[0] == "--json" else ""
+        fail(
+            f"{command[0]} is not an option of janitor run{why}; put run's options before the "
+            "command and `--`, and the command after them",
+            EXIT_BAD_INPUT,
+        )
     lasting()
     from janitor.jobs.run_daemon import run_daemon
 
@@ -236,8 +247,12 @@ def estimate(
     fmt: Annotated[
         str, typer.Option("--format", help="wav16 (media cache WAV) or f32 (PCM windows).")
     ] = "wav16",
-    rate: Annotated[int, typer.Option(help="Sample rate of the output.", min=1)] = 16000,
-    channels: Annotated[int, typer.Option(help="Channels of the output.", min=1)] = 1,
+    rate: Annotated[
+        int, typer.Option(help="Sample rate of the output.", callback=at_least(1))
+    ] = 16000,
+    channels: Annotated[
+        int, typer.Option(help="Channels of the output.", callback=at_least(1))
+    ] = 1,
     as_json: JsonOpt = False,
 ) -> None:
     """Bytes the pipeline will write for MEDIA (WAV header included for wav16)."""
