@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -230,16 +231,19 @@ def _check_route(command: list[str], *, require_fit: bool) -> None:
 
 
 def _print_preflight(pre: Preflight) -> None:
-    """The pre-flight goes to stderr: stdout stays the command's."""
+    """The pre-flight goes to stderr: stdout stays the command's. Then one line for each
+    folder the job writes that no tree manages."""
     from rich.console import Console
 
     from janitor.cli.view import render_preflight
 
     out = Console(stderr=True)
-    if not out.is_terminal:  # a log or a pipe: whole paths, no wrapping at 80 columns
-        out = Console(stderr=True, width=160)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out = Console(stderr=True, width=160)  # a log or a pipe: whole paths, not 80 columns
     for part in render_preflight(pre):
         out.print(part)
+    for note in pre.notes:  # a message line each, whole, as a log keeps it
+        say(f"note: {note}")
 
 
 def estimate(
