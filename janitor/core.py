@@ -110,8 +110,10 @@ class Janitor:
         if settings is None:
             settings = Settings.load(config, policy=policy, **overrides)
         elif policy is not None:
-            settings = settings.model_copy(update={"policy": Path(policy)})
-        pol = load_policy(settings.policy_path, state_dir=settings.state_dir)
+            settings = settings.with_policy(policy)
+        pol = load_policy(
+            settings.policy_path, state_dir=settings.state_dir, origin=settings.policy_origin
+        )
         return cls(settings, pol)
 
     # -- reservations --------------------------------------------------------------------------

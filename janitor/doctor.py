@@ -24,6 +24,8 @@ __all__ = ["Check", "run_checks"]
 
 Verdict = Literal["ok", "warn", "fail"]
 
+_FIX_POLICY = "fix the policy file, then `janitor policy validate FILE`"
+
 
 @dataclass(frozen=True, slots=True)
 class Check:
@@ -44,7 +46,8 @@ def run_checks(
     platform: str = sys.platform,
     run: Callable[[list[str]], subprocess.CompletedProcess[str]] | None = None,
 ) -> list[Check]:
-    """All checks, in order; later checks are skipped when what they need failed."""
+    """All checks, in order; those that need the policy (trees, volumes, inotify) are left
+    out when it cannot be loaded, and the others still run."""
     return list(_checks(settings, platform, run or _run))
 
 
@@ -57,21 +60,38 @@ def _checks(
     platform: str,
     run: Callable[[list[str]], subprocess.CompletedProcess[str]],
 ) -> Iterator[Check]:
-    from janitor.admission.volume import Volume
     from janitor.config.policy import load_policy
-    from janitor.host.space import volume_stats
-    from janitor.sizes import format_size
+    from janitor.errors import PolicyError
 
     cfg = settings.config
     yield Check("config", "ok", f"config file {cfg}" if cfg else "no config file; defaults apply")
+    policy = None
     try:
-        policy = load_policy(settings.policy_path, state_dir=settings.state_dir)
-    except JanitorError as exc:
-        yield Check(
-            "policy", "fail", str(exc), "fix the policy file, then `janitor policy validate FILE`"
+        policy = load_policy(
+            settings.policy_path, state_dir=settings.state_dir, origin=settings.policy_origin
         )
-        return
-    yield Check("policy", "ok", f"{settings.policy_path}: {len(policy.trees)} trees")
+    except PolicyError as exc:  # its fix, when it has one, shown once: as the fix
+        yield Check("policy", "fail", exc.what, exc.fix or _FIX_POLICY)
+    except JanitorError as exc:
+        yield Check("policy", "fail", str(exc), _FIX_POLICY)
+    else:
+        yield Check("policy", "ok", f"{settings.policy_path}: {len(policy.trees)} trees")
+        yield from _policy_checks(policy)
+    yield _ledger_check(settings)
+    yield from _daemon_checks(settings)
+    yield _server_check()
+    yield from _guard_checks(platform)
+    if platform.startswith("linux") and policy is not None:
+        yield _inotify_check(policy)
+    if platform == "darwin":
+        yield _snapshot_check(run)
+
+
+def _policy_checks(policy: Any) -> Iterator[Check]:
+    """Each tree's root, and each volume the trees are on against its floor and free_low."""
+    from janitor.admission.volume import Volume
+    from janitor.host.space import volume_stats
+    from janitor.sizes import format_size
 
     devices: dict[int, list[str]] = {}
     for name, tree in policy.trees.items():
@@ -141,15 +161,6 @@ def _checks(
             )
         else:
             yield Check(f"volume {vol.mount}", "ok", what)
-
-    yield _ledger_check(settings)
-    yield from _daemon_checks(settings)
-    yield _server_check()
-    yield from _guard_checks(platform)
-    if platform.startswith("linux"):
-        yield _inotify_check(policy)
-    if platform == "darwin":
-        yield _snapshot_check(run)
 
 
 def _ledger_check(settings: Settings) -> Check:

@@ -54,15 +54,19 @@ class PolicyError(ConfigError):
     """A policy file that cannot be loaded; the message names the file and every problem.
 
     ``problems``: one line per problem (key, value written, what is wanted); empty when the
-    file itself could not be read or parsed as TOML.
+    file itself could not be read or parsed as TOML. ``fix``: how to put it right, when one
+    thing does (a missing file); the message ends with it, and ``what`` is the message
+    without it, for a report that shows the fix apart (``janitor doctor``).
     """
 
-    def __init__(self, message: str, problems: Iterable[str] = ()) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, problems: Iterable[str] = (), fix: str = "") -> None:
+        super().__init__(f"{message}; {fix}" if fix else message)
+        self.what = message
         self.problems: tuple[str, ...] = tuple(problems)
+        self.fix = fix
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.problems))
+        return (type(self), (self.what, self.problems, self.fix))
 
 
 class UnknownTree(ConfigError):

@@ -8,6 +8,7 @@ in the order ``janitor --help`` lists them. Exit codes are in ``janitor.cli.comm
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -15,14 +16,17 @@ from typing import Annotated
 import typer
 
 from janitor.cli import cleanup, jobs, policy, reservations, service, status
+from janitor.cli.argv import hoist
 from janitor.cli.common import G, say
+from janitor.cli.labels import finish_help
 from janitor.errors import EXIT_BAD_INPUT, JanitorError
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="janitor",
-    help="Keep caches within quotas, temp trees clean, and reserve disk space before writing.",
+    help="Keep caches within quotas, temp trees clean, and reserve disk space before writing.\n\n"
+    "The options below (--config, --policy, --version) go before or after the command's name.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -52,18 +56,17 @@ def _root(
         Path | None,
         typer.Option(
             "--config",
-            help="Config file (default: config.toml in the config dir).",
-            envvar="JANITOR_CONFIG",
-            show_envvar=True,
+            help="Config file, or JANITOR_CONFIG (default: config.toml in the config dir).",
         ),
     ] = None,
     policy: Annotated[
         Path | None,
         typer.Option(
             "--policy",
-            help="Policy file (default: the shipped batchalign3 policy).",
-            envvar="JANITOR_POLICY",
-            show_envvar=True,
+            # JANITOR_POLICY (and JANITOR_CONFIG) are read with the other settings, not here,
+            # so an error about the file can tell the variable from the option
+            # (Settings.policy_origin).
+            help="Policy file, or JANITOR_POLICY (default: the shipped batchalign3 policy).",
         ),
     ] = None,
     version: Annotated[
@@ -75,8 +78,12 @@ def _root(
 
 
 # What looks like an option reaches the command: a negative size (`-1G`) gets the command's own
-# error naming it, and `run` hands the job's options on to batchalign3.
+# error naming it.
 _PASS_THROUGH = {"ignore_unknown_options": True}
+# `run`'s options end where the command it runs starts: `janitor run batchalign3 align --media
+# x` hands `--media x` to batchalign3, and an option run does not know (`--json`) reaches run_,
+# which names it.
+_COMMAND_AFTER = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 app.add_typer(policy_app, name="policy")
 app.command(context_settings=_PASS_THROUGH)(reservations.reserve)
@@ -92,7 +99,7 @@ app.command()(cleanup.touch)
 app.command()(cleanup.pin)
 app.command()(cleanup.unpin)
 app.command("exec")(jobs.exec_)
-app.command("run", context_settings=_PASS_THROUGH)(jobs.run_)
+app.command("run", context_settings=_COMMAND_AFTER, options_metavar="[OPTIONS] --")(jobs.run_)
 app.command()(jobs.estimate)
 app.command()(service.daemon)
 app.command()(cleanup.emergency)
@@ -114,6 +121,9 @@ policy_app.command("validate")(policy.policy_validate)
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `janitor` console script: errors become one line and an exit code.
 
+    The root options may follow the command's name (janitor.cli.argv.hoist), and every help
+    text reads as a person's (janitor.cli.labels.finish_help).
+
     Usage errors are click's (exit 2 with the usage line); the library's errors carry their own
     exit code (2 bad input, 75 no space) and print as one line, never a traceback. A policy
     with several problems is the exception: a line naming the file, then one per problem.
@@ -126,7 +136,9 @@ def main(argv: list[str] | None = None) -> None:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        app(args=argv, prog_name="janitor")
+        command = finish_help(typer.main.get_command(app))
+        args = sys.argv[1:] if argv is None else [os.fspath(a) for a in argv]
+        command(args=hoist(command, args), prog_name="janitor")
     except JanitorError as exc:
         say(f"error: {exc}")
         sys.exit(exc.exit_code)

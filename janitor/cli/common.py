@@ -11,6 +11,7 @@ import gc
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -26,6 +27,7 @@ __all__ = [
     "DryRunOpt",
     "G",
     "JsonOpt",
+    "at_least",
     "console",
     "fail",
     "lasting",
@@ -68,6 +70,21 @@ def fail(message: str, code: int) -> NoReturn:
     """Say ``error: message`` and end the command with exit ``code``."""
     say(f"error: {message}")
     raise typer.Exit(code)
+
+
+def at_least(minimum: float) -> Callable[[typer.CallbackParam, Any], Any]:
+    """An option's callback: its value, or exit 2 with one line when it is below ``minimum``.
+
+    Said here rather than with typer's ``min=``, whose help shows a range (``[x>=1]``) and
+    whose refusal is a framed block rather than one line.
+    """
+
+    def check(param: typer.CallbackParam, value: Any) -> Any:
+        if value is not None and value < minimum:
+            fail(f"{max(param.opts, key=len)} {value:g} must be at least {minimum:g}", 2)
+        return value
+
+    return check
 
 
 def print_json(data: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -11,6 +12,7 @@ import typer
 from janitor.cli.common import (
     DryRunOpt,
     JsonOpt,
+    at_least,
     fail,
     lasting,
     open_janitor,
@@ -18,7 +20,7 @@ from janitor.cli.common import (
     say,
     settings,
 )
-from janitor.errors import EXIT_PROBLEM, EXIT_TEMPFAIL
+from janitor.errors import EXIT_BAD_INPUT, EXIT_PROBLEM, EXIT_TEMPFAIL
 
 if TYPE_CHECKING:
     from janitor.core import Janitor
@@ -103,7 +105,10 @@ def run_(
         typer.Option("--media", help="Media files or folders the job reads (pre-flight)."),
     ] = None,
     concurrency: Annotated[
-        int, typer.Option(help="Files the job processes at once (pre-flight).", min=1)
+        int,
+        typer.Option(
+            help="Files the job processes at once, 1 or more (pre-flight).", callback=at_least(1)
+        ),
     ] = 1,
     require_fit: Annotated[
         bool,
@@ -127,6 +132,13 @@ def run_(
     beside each volume's headroom. At the end: what the run reserved and wrote, and the job
     temp folders it left behind, removed with every deleter check.
     """
+    if command[0].startswith("-") and len(command[0]) > 1:  # an option run does not have
+        why = " (its report is for people, on stderr)" if command[0] == "--json" else ""
+        fail(
+            f"{command[0]} is not an option of janitor run{why}; put run's options before the "
+            "command and `--`, and the command after them",
+            EXIT_BAD_INPUT,
+        )
     lasting()
     from janitor.jobs.run_daemon import run_daemon
 
@@ -224,16 +236,19 @@ def _check_route(command: list[str], *, require_fit: bool) -> None:
 
 
 def _print_preflight(pre: Preflight) -> None:
-    """The pre-flight goes to stderr: stdout stays the command's."""
+    """The pre-flight goes to stderr: stdout stays the command's. Then one line for each
+    folder the job writes that no tree manages."""
     from rich.console import Console
 
     from janitor.cli.view import render_preflight
 
     out = Console(stderr=True)
-    if not out.is_terminal:  # a log or a pipe: whole paths, no wrapping at 80 columns
-        out = Console(stderr=True, width=160)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out = Console(stderr=True, width=160)  # a log or a pipe: whole paths, not 80 columns
     for part in render_preflight(pre):
         out.print(part)
+    for note in pre.notes:  # a message line each, whole, as a log keeps it
+        say(f"note: {note}")
 
 
 def estimate(
@@ -241,8 +256,12 @@ def estimate(
     fmt: Annotated[
         str, typer.Option("--format", help="wav16 (media cache WAV) or f32 (PCM windows).")
     ] = "wav16",
-    rate: Annotated[int, typer.Option(help="Sample rate of the output.", min=1)] = 16000,
-    channels: Annotated[int, typer.Option(help="Channels of the output.", min=1)] = 1,
+    rate: Annotated[
+        int, typer.Option(help="Sample rate of the output.", callback=at_least(1))
+    ] = 16000,
+    channels: Annotated[
+        int, typer.Option(help="Channels of the output.", callback=at_least(1))
+    ] = 1,
     as_json: JsonOpt = False,
 ) -> None:
     """Bytes the pipeline will write for MEDIA (WAV header included for wav16)."""

@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from janitor.cli.common import DryRunOpt, JsonOpt, lasting, own_state_dir, print_json, say, settings
+from janitor.cli.common import (
+    DryRunOpt,
+    JsonOpt,
+    at_least,
+    lasting,
+    own_state_dir,
+    print_json,
+    say,
+    settings,
+)
 from janitor.errors import EXIT_PROBLEM
 
 if TYPE_CHECKING:
@@ -95,7 +104,9 @@ def service_status(as_json: JsonOpt = False, platform: _PlatformOpt = "") -> Non
 
 
 def service_logs(
-    lines: Annotated[int, typer.Option("-n", "--lines", help="How many lines.", min=1)] = 50,
+    lines: Annotated[
+        int, typer.Option("-n", "--lines", help="How many lines.", callback=at_least(1))
+    ] = 50,
     platform: _PlatformOpt = "",
 ) -> None:
     """The daemon's last log lines."""

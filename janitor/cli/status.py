@@ -9,6 +9,7 @@ import typer
 
 from janitor.cli.common import (
     JsonOpt,
+    at_least,
     console,
     lasting,
     open_janitor,
@@ -25,7 +26,9 @@ def status(
     watch: Annotated[
         bool, typer.Option("--watch", "-w", help="Refresh in place until Ctrl-C.")
     ] = False,
-    interval: Annotated[float, typer.Option(help="Seconds between refreshes.", min=0.2)] = 2.0,
+    interval: Annotated[
+        float, typer.Option(help="Seconds between refreshes.", callback=at_least(0.2))
+    ] = 2.0,
 ) -> None:
     """Volumes (free, floor, reserved, headroom, level), trees and live reservations."""
     jan = open_janitor()

@@ -310,7 +310,7 @@ def render_preflight(pre: Preflight) -> list[RenderableType]:
     if todo and not pre.knows_cache:
         parts.append(
             "[yellow]blake3 is not installed: inputs already in the media cache are counted as "
-            "still to convert (pip install 'space-janitor[batchalign]')[/]"
+            "still to convert (pip install 'space-janitor\\[batchalign]')[/]"
         )
     parts.extend(f"[yellow]skipped {f.media}: {f.error}[/]" for f in files if f.error)
     return parts

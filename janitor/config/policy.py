@@ -600,18 +600,19 @@ def _holding_state(roots: dict[str, Path], state_dir: Path | None) -> list[InitE
     ]
 
 
-def load_policy(path: Path, *, state_dir: Path | None = None) -> Policy:
+def load_policy(path: Path, *, state_dir: Path | None = None, origin: str | None = None) -> Policy:
     """Read and validate a policy file; PolicyError names the file and lists every problem.
 
     ``state_dir``: a tree that holds it is refused, so a sweep can never delete the ledger.
+    ``origin``: what named the file when it was not named directly (``JANITOR_POLICY``, a
+    config file: :attr:`janitor.config.settings.Settings.policy_origin`), so a missing file's
+    error says what to change there, and only there.
     """
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
     except FileNotFoundError:
-        raise PolicyError(
-            f"policy file {path} does not exist; pass --policy FILE or set JANITOR_POLICY"
-        ) from None
+        raise PolicyError(*_missing(path, origin)) from None
     except IsADirectoryError:
         raise PolicyError(f"policy file {path} is a folder; name a .toml file") from None
     except tomllib.TOMLDecodeError as exc:
@@ -643,6 +644,21 @@ def _report(path: Path, problems: list[str]) -> str:
     if rest:
         lines.append(f"  ... and {rest} more problem{'s' if rest > 1 else ''}")
     return "\n".join(lines)
+
+
+def _missing(path: Path, origin: str | None) -> tuple[str, tuple[str, ...], str]:
+    """PolicyError's arguments for a policy file that is not there: what, and the one fix."""
+    if origin is None:
+        return (
+            f"policy file {path} does not exist",
+            (),
+            "name one that does, or none for the default policy",
+        )
+    if origin == "JANITOR_POLICY":
+        fix = "point JANITOR_POLICY at a policy file, or unset it for the default policy"
+    else:
+        fix = f"change `policy` in the {origin}, or remove it for the default policy"
+    return f"policy file {path} does not exist ({origin} names it)", (), fix
 
 
 def _toml_reason(exc: tomllib.TOMLDecodeError) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -226,6 +226,22 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, _ConfigFileSource(settings_cls))
 
+    #: What named ``policy`` when nothing named it directly (see :attr:`policy_origin`).
+    _policy_origin: str | None = PrivateAttr(default=None)
+
+    @property
+    def policy_origin(self) -> str | None:
+        """What named :attr:`policy` when no caller did: ``"JANITOR_POLICY"``, or ``"config
+        file PATH"``; None when it was given by name (``--policy``, ``policy=``) or is the
+        default. A policy file that is not there is reported with what to change, there."""
+        return self._policy_origin
+
+    def with_policy(self, policy: Path | str) -> Settings:
+        """These settings with ``policy`` named directly."""
+        named = self.model_copy(update={"policy": Path(policy)})
+        named._policy_origin = None
+        return named
+
     @property
     def ledger_path(self) -> Path:
         """``~/.local/state/space-janitor/ledger.sqlite3`` on Linux."""
@@ -281,11 +297,16 @@ class Settings(BaseSettings):
         token = _config_values.set(values)
         try:
             # The config's path must not come from JANITOR_CONFIG's env parsing twice.
-            return cls(**overrides, config=path if values else None)
+            made = cls(**overrides, config=path if values else None)
         except ValidationError as exc:
             raise ConfigError(_describe(exc, path if values else None)) from None
         finally:
             _config_values.reset(token)
+        if made.policy is not None and "policy" not in overrides:
+            made._policy_origin = (
+                "JANITOR_POLICY" if os.environ.get("JANITOR_POLICY") else f"config file {path}"
+            )
+        return made
 
 
 def _covers_loopback(host: str) -> bool:

@@ -9,6 +9,7 @@ from janitor.config.settings import Settings
 from janitor.core import Janitor
 from janitor.daemon.events import EventBus
 from janitor.daemon.metrics import VolumeState
+from janitor.sizes import format_size
 
 __all__ = ["RiskMarker"]
 
@@ -44,11 +45,11 @@ class RiskMarker:
         for rid in decision.marked:
             job = decision.jobs.get(rid) or ""
             log.warning(
-                "reservation %s (%s) put at risk on %s: %d B missing below the floor",
+                "reservation %s (%s) put at risk on %s: %s missing below the floor",
                 rid,
                 job,
                 vs.mount,
-                decision.deficit,
+                format_size(decision.deficit),
             )
             self.bus.publish(
                 "at-risk",

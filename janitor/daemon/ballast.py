@@ -67,7 +67,7 @@ class BallastKeeper:
         present = ballast.present()
         if level == "critical" and present:
             freed = ballast.release()
-            log.warning("volume %s critical: released %d B of ballast", vs.mount, freed)
+            log.warning("volume %s critical: released %s of ballast", vs.mount, format_size(freed))
             self.bus.publish("ballast-released", volume=vs.mount, bytes=freed)
         elif (
             not present
@@ -75,6 +75,6 @@ class BallastKeeper:
             and vs.free - ballast.size >= vs.free_target
             and ballast.create()
         ):
-            log.info("ballast of %d B recreated on %s", ballast.size, vs.mount)
+            log.info("ballast of %s recreated on %s", format_size(ballast.size), vs.mount)
             self.bus.publish("ballast-created", volume=vs.mount, bytes=ballast.size)
         vs.ballast = ballast.size if ballast.present() else 0

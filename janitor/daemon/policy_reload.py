@@ -61,7 +61,11 @@ class PolicyReloader:
         self.requested.clear()
         self._mtime = mtime
         try:
-            policy = load_policy(self.settings.policy_path, state_dir=self.settings.state_dir)
+            policy = load_policy(
+                self.settings.policy_path,
+                state_dir=self.settings.state_dir,
+                origin=self.settings.policy_origin,
+            )
         except JanitorError as exc:
             log.error("rejected the new policy, keeping the old one: %s", exc)
             self.bus.publish("policy-rejected", reason=str(exc))

@@ -19,14 +19,47 @@ from janitor.daemon.metrics import DaemonState, TreeState
 from janitor.daemon.volumes import volume_trees
 from janitor.daemon.watching import Watching
 from janitor.host.space import mount_point, volume_stats
+from janitor.sizes import format_size
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from janitor.cleanup.delete import Report
     from janitor.cleanup.sweep import SweepResult
 
-__all__ = ["Pending", "Sweeper"]
+__all__ = ["Pending", "Sweeper", "deleted_summary"]
 
 log = logging.getLogger("janitor.daemon")
+
+
+#: Why a unit went, as the log says it: "3 over quota in media_cache".
+_WHY = {
+    "quota": "over quota",
+    "age": "unused past max_age",
+    "orphan": "orphaned",
+    "pressure": "for free space",
+    "make-room": "to make room",
+}
+
+
+def deleted_summary(report: Report) -> str:
+    """What a sweep removed, in one line a person reads: ``4 units, 35 MiB (free space +35
+    MiB): 3 over quota in media_cache (30 MiB), 1 orphaned in job_tmp (5 MiB)``; the reasons
+    by tree, most bytes first."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for o in report.outcomes:
+        if o.deleted:
+            counted = groups.setdefault((o.item.reason, o.item.tree), [0, 0])
+            counted[0] += 1
+            counted[1] += o.bytes
+    n = report.deleted_units
+    reasons = ", ".join(
+        f"{count} {_WHY.get(reason, reason)} in {tree} ({format_size(size)})"
+        for (reason, tree), (count, size) in sorted(groups.items(), key=lambda g: -g[1][1])
+    )
+    return (
+        f"{n} unit{'s' if n != 1 else ''}, {format_size(report.deleted_bytes)} "
+        f"(free space +{format_size(report.reclaimed_bytes)}): {reasons}"
+    )
 
 
 class Pending:
@@ -164,12 +197,7 @@ class Sweeper:
                 )
         if result.report.deleted_units:
             self.janitor.space.notify()
-            log.info(
-                "swept %d units, %d B (free space +%d B)",
-                result.report.deleted_units,
-                result.report.deleted_bytes,
-                result.report.reclaimed_bytes,
-            )
+            log.info("swept %s", deleted_summary(result.report))
         for warning in result.warnings:
             log.warning("%s", warning)
 
@@ -197,8 +225,7 @@ class Sweeper:
         )
         if report is not None and report.deleted_units:
             log.warning(
-                "pressure eviction on device %d freed %d B in %d units",
-                device,
-                report.deleted_bytes,
-                report.deleted_units,
+                "volume %s below free_low: evicted %s",
+                mount_point(roots[0]),
+                deleted_summary(report),
             )

@@ -39,6 +39,7 @@ __all__ = [
     "CONVERTED",
     "MEDIA",
     "MediaPlan",
+    "Place",
     "Preflight",
     "RunResult",
     "VolumeNeed",
@@ -127,12 +128,69 @@ class VolumeNeed:
 
 
 @dataclass(frozen=True, slots=True)
+class Place:
+    """Where one part of the job's bytes goes (the folder batchalign3 writes, as its
+    environment names it), and the policy's tree that manages that folder.
+
+    ``tree`` is None when no tree holds the folder: then ``covered`` says whether its volume is
+    one the policy covers (a write there is held to the volume's floor, and nothing cleans up
+    after it), and ``hint`` names the policy's tree for that part, where it lies elsewhere."""
+
+    what: str
+    folder: str
+    tree: str | None
+    covered: bool
+    hint: str = ""
+
+    @property
+    def managed(self) -> bool:
+        """True when a tree of the policy holds the folder."""
+        return self.tree is not None
+
+    def describe(self) -> str:
+        """``media cache WAVs in /x (tree media_cache)``, or ``... (not managed by the policy)``."""
+        return f"{self.what} in {self.folder} " + (
+            f"(tree {self.tree})" if self.tree else "(not managed by the policy)"
+        )
+
+    def note(self) -> str | None:
+        """What to know about a folder no tree manages (None for one a tree does)."""
+        if self.tree is not None:
+            return None
+        why = (
+            "writes there are held to its volume's floor, and nothing removes what a failed "
+            "job leaves there"
+            if self.covered
+            else "its volume is not one the policy covers: nothing there is reserved or removed"
+        )
+        return f"{self.folder}, where the job writes its {self.what}, is not managed by the " + (
+            f"policy: {why}; {self.hint}" if self.hint else f"policy: {why}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "what": self.what,
+            "folder": self.folder,
+            "tree": self.tree,
+            "managed": self.managed,
+            "covered": self.covered,
+            "hint": self.hint or None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Preflight:
-    """The whole job's bytes, per volume, before it starts."""
+    """The whole job's bytes, per volume, before it starts, and where they go."""
 
     files: tuple[MediaPlan, ...]
     concurrency: int
     volumes: tuple[VolumeNeed, ...]
+    places: tuple[Place, ...] = ()
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """One line for each folder the job writes that no tree of the policy manages."""
+        return tuple(n for n in (p.note() for p in self.places) if n)
 
     @property
     def fits(self) -> bool:
@@ -152,6 +210,7 @@ class Preflight:
             "concurrency": self.concurrency,
             "fits": self.fits,
             "volumes": [v.as_dict() for v in self.volumes],
+            "places": [p.as_dict() for p in self.places],
             "files": [f.as_dict() for f in self.files],
         }
 
@@ -208,6 +267,9 @@ def preflight(
 ) -> Preflight:
     """The bytes a job over ``media`` will write, per volume, beside each volume's headroom.
 
+    They are counted where batchalign3 writes them, as this environment (the command's) names
+    the places: its media cache (``$BATCHALIGN_MEDIA_CACHE_DIR``, else its default) and
+    ``$TMPDIR``, each with the policy's tree that holds it, or said to be managed by none.
     Durations come from ffprobe, in parallel (``workers``, default 2 per core), remembered per
     file (janitor.jobs.ffmpeg.Probe) so a second pre-flight of the same folder is instant.
     """
@@ -242,20 +304,50 @@ def preflight(
         return vs.mount, vs.free  # a volume the policy does not cover: no floor to keep
 
     needs: dict[str, list[Any]] = {}
+    places: list[Place] = []
+
+    def count(place: Place, folder: Path, nbytes: int, label: str) -> None:
+        mount, room = headroom(folder)
+        needs.setdefault(mount, [0, room, []])
+        needs[mount][0] += nbytes
+        needs[mount][2].append(label)
+        places.append(place)
+
     cache_total = sum(p.cache_bytes for p in plans)
     if cache_total:
-        mount, room = headroom(cache)
-        needs.setdefault(mount, [0, room, []])
-        needs[mount][0] += cache_total
-        needs[mount][2].append(f"media cache WAVs {cache}")
+        place = _place(jan, "media cache WAVs", cache, "cache")
+        count(place, cache, cache_total, place.describe())
     working = sorted((p.pcm_bytes for p in plans), reverse=True)[:concurrency]
     if working:
-        mount, room = headroom(tmp)
-        needs.setdefault(mount, [0, room, []])
-        needs[mount][0] += sum(working)
-        needs[mount][2].append(f"PCM working set in {tmp} (x{min(concurrency, len(working))})")
+        place = _place(jan, "PCM working set", tmp, "scratch")
+        times = f" (x{min(concurrency, len(working))})"
+        count(place, tmp, sum(working), place.describe() + times)
     volumes = tuple(VolumeNeed(m, n, r, tuple(w)) for m, (n, r, w) in needs.items())
-    return Preflight(tuple(plans), concurrency, volumes)
+    return Preflight(tuple(plans), concurrency, volumes, tuple(places))
+
+
+#: The shipped policy's tree for each part, and what points batchalign3 at a folder for it.
+_USUAL = {"cache": ("media_cache", "BATCHALIGN_MEDIA_CACHE_DIR"), "scratch": ("job_tmp", "TMPDIR")}
+
+
+def _place(jan: Janitor, what: str, folder: Path, role: str) -> Place:
+    """``folder`` (where batchalign3 writes ``what``) and the policy's tree that holds it."""
+    from janitor.jobs.writes import locate
+
+    # A name inside the folder: a tree whose root is the folder holds it, as one above it does.
+    sample = os.path.join(folder, ".tmp000000" if role == "scratch" else f"{'0' * 24}.wav")
+    where = locate(jan, sample)
+    if where is not None and where[1] is not None:
+        return Place(what, str(folder), where[0], True)
+    name, variable = _USUAL[role]
+    usual = jan.policy.trees.get(name)
+    hint = ""
+    if usual is not None and usual.role == role:
+        hint = (
+            f"the policy's {name} tree is {usual.path}: set {variable}={usual.path} for the "
+            f"job, or point that tree at {folder}"
+        )
+    return Place(what, str(folder), None, where is not None, hint)
 
 
 @dataclass(frozen=True, slots=True)
