@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -26,7 +25,6 @@ __all__ = [
     "DryRunOpt",
     "G",
     "JsonOpt",
-    "console",
     "fail",
     "lasting",
     "open_janitor",
@@ -73,16 +71,6 @@ def fail(message: str, code: int) -> NoReturn:
 def print_json(data: Any) -> None:
     """``data`` as indented JSON on stdout."""
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
-
-
-def console() -> Any:
-    """A rich console for stdout; piped, it never truncates ids and paths to 80 columns."""
-    from rich.console import Console
-
-    out = Console()
-    if not out.is_terminal and "COLUMNS" not in os.environ:
-        out = Console(width=1000)
-    return out
 
 
 def settings() -> Settings:

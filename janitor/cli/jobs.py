@@ -149,6 +149,7 @@ def _run(
     keep: bool,
     daemon: RunDaemon,
 ) -> None:
+    from janitor.humanize import plural
     from janitor.jobs.run import preflight, run_command
     from janitor.sizes import format_size
 
@@ -179,7 +180,7 @@ def _run(
         say(problem)
     result = run_command(jan, command, clean=not keep, daemon=daemon)
     line = (
-        f"run {result.run_id}: {result.grants} reservations of its guarded writes held "
+        f"run {result.run_id}: {plural(result.grants, 'reservation')} of its guarded writes held "
         f"{format_size(result.reserved)}, wrote {format_size(result.written)}"
     )
     if result.refusals:
@@ -189,7 +190,7 @@ def _run(
     say(line)
     if result.removed:
         say(
-            f"removed {len(result.removed)} job folders left behind "
+            f"removed {plural(len(result.removed), 'job folder')} left behind "
             f"({format_size(result.removed_bytes)}): {', '.join(result.removed)}"
         )
     for where, why in result.kept:
@@ -220,13 +221,10 @@ def _check_route(command: list[str], *, require_fit: bool) -> None:
 
 def _print_preflight(pre: Preflight) -> None:
     """The pre-flight goes to stderr: stdout stays the command's."""
-    from rich.console import Console
-
+    from janitor.cli.layout import screen
     from janitor.cli.view import render_preflight
 
-    out = Console(stderr=True)
-    if not out.is_terminal:  # a log or a pipe: whole paths, no wrapping at 80 columns
-        out = Console(stderr=True, width=160)
+    out = screen(stderr=True)  # a log or a pipe: whole lines, nothing cut
     for part in render_preflight(pre):
         out.print(part)
 
