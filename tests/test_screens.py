@@ -498,3 +498,26 @@ def test_a_line_cuts_its_names_and_keeps_the_rest() -> None:
     assert cell_len(text) <= 60 and text.startswith("size 40 KiB, ") and " and " in text
     assert_told_apart(ORPHANS[:2], text)
     assert _render(line, width=400).rstrip("\n") == str(line)  # room: nothing cut
+
+
+def test_no_cli_text_is_rich_markup() -> None:
+    """typer renders help texts (``help=`` and command docstrings) as rich markup, and the
+    screens once did too: a ``[word]`` there vanishes. None is written as markup, and none
+    holds an unescaped square bracket that typer would take for a tag."""
+    import ast
+
+    import janitor.cli
+
+    tag = re.compile(r"\[/?(?:bold|dim|red|green|yellow|blue|italic|/)\b|\[/\]")
+    for path in sorted(Path(janitor.cli.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert not tag.search(node.value), f"{path.name}:{node.lineno}: {node.value!r}"
+            if isinstance(node, ast.FunctionDef):
+                doc = ast.get_docstring(node) or ""
+                assert not re.search(r"(?<!\\)\[", doc), f"{path.name}: {node.name}'s docstring"
+            if isinstance(node, ast.keyword) and node.arg == "help":
+                for text in ast.walk(node.value):
+                    if isinstance(text, ast.Constant) and isinstance(text.value, str):
+                        assert not re.search(r"(?<!\\)\[", text.value), (path.name, text.value)
