@@ -495,7 +495,11 @@ def render_preflight(pre: Preflight) -> list[RenderableType]:
         )
     ]
     for v in pre.volumes:
-        verdict = Text("fits", style="green") if v.fits else Text("does not fit", style="bold red")
+        verdict = (
+            Text("fits", style="green")
+            if v.fits
+            else Text(f"short by {format_size(v.needs - v.headroom)}", style="bold red")
+        )
         parts.append(
             _record(
                 Line(
