@@ -18,6 +18,7 @@ from typing import Any, Literal
 from janitor.config.settings import Settings
 from janitor.errors import JanitorError, LedgerError
 from janitor.host.fdwalk import tree_shape
+from janitor.humanize import plural
 from janitor.jobs.run_daemon import daemon_status
 
 __all__ = ["Check", "run_checks"]
@@ -75,7 +76,7 @@ def _checks(
     except JanitorError as exc:
         yield Check("policy", "fail", str(exc), _FIX_POLICY)
     else:
-        yield Check("policy", "ok", f"{settings.policy_path}: {len(policy.trees)} trees")
+        yield Check("policy", "ok", f"{settings.policy_path}: {plural(len(policy.trees), 'tree')}")
         yield from _policy_checks(policy)
     yield _ledger_check(settings)
     yield from _daemon_checks(settings)
@@ -134,8 +135,9 @@ def _policy_checks(policy: Any) -> Iterator[Check]:
     for names in devices.values():
         tree = policy.trees[names[0]]
         vol = Volume.at(policy, tree.path)
+        # The check's name holds the mount already: "volume /: 76 GiB free of ...".
         what = (
-            f"{vol.mount}: {format_size(vol.free)} free of {format_size(vol.total)}, "
+            f"{format_size(vol.free)} free of {format_size(vol.total)}, "
             f"floor {format_size(vol.floor)}"
         )
         if vol.floor >= vol.total // 2:
@@ -319,10 +321,10 @@ def _inotify_check(policy: Any) -> Check:
         return Check(
             "inotify",
             "warn",
-            f"{folders} folders to watch, limit max_user_watches={limit}",
+            f"{plural(folders, 'folder')} to watch, limit max_user_watches={limit}",
             "sysctl fs.inotify.max_user_watches=524288 (and in /etc/sysctl.d)",
         )
-    return Check("inotify", "ok", f"{folders} folders to watch; max_user_watches={limit}")
+    return Check("inotify", "ok", f"{plural(folders, 'folder')} to watch; max_user_watches={limit}")
 
 
 def _snapshot_check(run: Callable[[list[str]], subprocess.CompletedProcess[str]]) -> Check:
@@ -343,8 +345,8 @@ def _snapshot_check(run: Callable[[list[str]], subprocess.CompletedProcess[str]]
         return Check(
             "local snapshots",
             "warn",
-            f"{len(snaps)} Time Machine local snapshots hold space that deleting files "
-            "cannot give back",
+            f"{plural(len(snaps), 'Time Machine local snapshot')} "
+            f"{'holds' if len(snaps) == 1 else 'hold'} space that deleting files cannot give back",
             "`tmutil thinlocalsnapshots / 999999999999 4` frees them",
         )
     return Check("local snapshots", "ok", "no local snapshots")

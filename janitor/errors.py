@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import errno
 
-from janitor.humanize import format_size
+from janitor.humanize import format_duration, format_size
 
 TYPE_CHECKING = False  # typing costs the guarded ffmpeg 20 ms at every start
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class ReservationRefused(JanitorError, OSError):
         if self.evicted:
             msg += f" (after evicting {format_size(self.evicted)} of cache)"
         if self.waited_s:
-            msg += f" (after waiting {self.waited_s:.0f} s for room)"
+            msg += f" (after waiting {format_duration(self.waited_s)} for room)"
         return msg
 
     def __str__(self) -> str:

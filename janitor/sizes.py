@@ -2,7 +2,7 @@
 
 Sizes are 1024-based whatever the spelling, as the pipeline prints them: ``500M``, ``2G``,
 ``1.5GiB``, ``10MiB``, ``2048`` (bytes). Durations: ``90s``, ``30m``, ``2h``, ``7d``, ``1h30m``,
-or plain seconds.
+or plain seconds; what the janitor prints (``1 h 30 min``) reads back too.
 """
 
 from __future__ import annotations
@@ -39,8 +39,10 @@ _UNITS = {
     "p": 1024**5,
 }
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
-_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", re.IGNORECASE)
+_DURATION_UNITS = {
+    "ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800
+}  # fmt: skip
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|min|s|m|h|d|w)", re.IGNORECASE)
 
 
 def parse_size(text: str | int, *, allow_zero: bool = False, what: str = "size") -> int:

@@ -331,7 +331,7 @@ def test_a_sigkilled_job_leaves_nothing_behind(
             run.wait()
     assert run.returncode == 128 + signal.SIGKILL, (out, err)
     assert not mine[0].exists(), err
-    assert "removed 1 job folders left behind" in err and mine[0].name in err, err
+    assert "removed 1 job folder left behind" in err and mine[0].name in err, err
     assert (other / "fa_v2" / "keep.pcm").read_bytes() == b"x" * 4096  # not the run's: kept
     assert len(list(p.cache.glob("*.wav"))) == 1  # the cache is not a leftover
     assert_nothing_held(run_cli, killed=True)

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from janitor.humanize import plural
+
 from ._daemon_helpers import daemon_setup, running_daemon
 from .conftest import JANITOR_BIN, MiB, fill_file, one_line_error
 
@@ -344,7 +346,8 @@ def test_a_full_state_disk_deletes_nothing_it_cannot_record_and_says_what_happen
     said = done.stderr
     assert "disk is full" in said and "Traceback" not in said, said
     if gone:
-        assert f"deleted {len(gone)} units before" in said and "were not deleted" in said, said
+        went = f"deleted {plural(len(gone), 'unit')} before"
+        assert went in said and "not deleted" in said, said
     else:
         assert "nothing was deleted" in said or "no deletion" in said, said
 

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from janitor.errors import ConfigError, JanitorError
+from janitor.humanize import format_ago, plural
 from janitor.sizes import format_duration, format_size, parse_duration, parse_size
 
 KiB, MiB, GiB, TiB = 1024, 1024**2, 1024**3, 1024**4
@@ -189,18 +190,52 @@ def test_compound_durations_add_up(h: int, m: int, s: int) -> None:
 
 @no_db
 @given(st.integers(min_value=0, max_value=10**7))
-def test_format_duration_parses_back_within_its_two_units(seconds: int) -> None:
-    """format_duration keeps the two largest units; parsing it back loses only the rest."""
-    back = parse_duration(format_duration(seconds))
+def test_format_duration_parses_back_coarsely(seconds: int) -> None:
+    """format_duration keeps the largest unit, and the next one while the first counts under
+    ten; parsing it back loses only what it left out, never adds."""
+    text = format_duration(seconds)
+    back = parse_duration(text)
     assert back <= seconds
-    largest = next(u for u in (86400, 3600, 60, 1) if seconds >= u) if seconds else 1
-    # Two units kept: what is lost is less than one unit of the second-largest kind.
-    assert seconds - back < max(1, largest // {86400: 24, 3600: 60, 60: 60, 1: 1}[largest])
+    units = [(86400, "d"), (3600, "h"), (60, "min"), (1, "s")]
+    i = next((k for k, (u, _) in enumerate(units) if seconds >= u), 3)
+    size, unit = units[i]
+    assert text.split()[:2] == [str(seconds // size), unit], text
+    if seconds // size < 10 and i < 3:
+        kept = units[i + 1][0]  # two units: less than one of the second is lost
+        assert len(text.split()) in (2, 4), text
+    else:
+        kept = size  # one unit: less than one of it is lost
+        assert len(text.split()) == 2, text
+    assert seconds - back < kept
 
 
 def test_format_duration_examples() -> None:
-    assert format_duration(5400) == "1h30m"
-    assert format_duration(42.5) == "42s"
-    assert format_duration(0.25) == "250ms"
-    assert format_duration(0) == "0ms"
-    assert format_duration(-90) == "-1m30s"
+    """One form everywhere a person reads a duration: coarse, spaced, one or two units."""
+    assert format_duration(5400) == "1 h 30 min"
+    assert format_duration(22 * 3600 + 1) == "22 h"  # not "22h1s" (issue 24)
+    assert format_duration(5 * 3600 + 13) == "5 h"  # not "5h13s"
+    assert format_duration(5 * 3600 + 13 * 60) == "5 h 13 min"
+    assert format_duration(2 * 86400 + 3 * 3600 + 59) == "2 d 3 h"
+    assert format_duration(15 * 86400 + 3 * 3600) == "15 d"
+    assert format_duration(90) == "1 min 30 s"
+    assert format_duration(42.5) == "42 s"
+    assert format_duration(0.25) == "250 ms"
+    assert format_duration(0) == "0 s"
+    assert format_duration(-90) == "-1 min 30 s"
+
+
+def test_format_ago_and_plural() -> None:
+    assert format_ago(79201) == "22 h ago"
+    assert format_ago(180) == "3 min ago"
+    assert format_ago(0.5) == "just now"
+    assert format_ago(-30) == "just now"  # a clock set back: never "-30 s ago"
+    assert [plural(n, "folder") for n in (0, 1, 2)] == ["0 folders", "1 folder", "2 folders"]
+    assert plural(1, "entry", "entries") == "1 entry"
+    assert plural(3, "entry", "entries") == "3 entries"
+
+
+def test_parse_duration_reads_min() -> None:
+    assert parse_duration("3 min") == 180
+    assert parse_duration("1 h 30 min") == 5400
+    assert parse_duration("2min") == 120
+    assert parse_duration("250 ms") == 0.25

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from janitor.host.space import VolumeStats, volume_stats
+from janitor.humanize import format_duration
 
 if TYPE_CHECKING:
     from janitor.config.policy import Policy
@@ -71,7 +72,7 @@ def assess(
         and fc.confidence >= min_confidence
         and fc.eta_floor <= horizon
     ):
-        return Reading("warn", f"forecast reaches the floor in {fc.eta_floor:.0f}s")
+        return Reading("warn", f"forecast reaches the floor in {format_duration(fc.eta_floor)}")
     return Reading("ok", "")
 
 

@@ -27,6 +27,7 @@ from janitor.host import inuse
 from janitor.host.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
 from janitor.host.mounts import boundary
 from janitor.host.space import volume_stats
+from janitor.humanize import format_size, plural
 from janitor.ledger.db import Ledger
 from janitor.ledger.log import LogRow
 
@@ -911,20 +912,22 @@ def apply(
         deleted = deleted_on.get(device, 0)
         if deleted >= 1024 * 1024 and delta.reclaimed < deleted // 2:
             warnings.append(
-                f"{mount}: deleted {deleted} B but free space grew by only {delta.reclaimed} B; "
+                f"{mount}: deleted {format_size(deleted)} but free space grew by only "
+                f"{format_size(delta.reclaimed)}; "
                 "files may still be held open, or snapshots (Time Machine local snapshots, "
                 "btrfs/ZFS) may keep the blocks"
             )
     if log.unconfirmed:
         warnings.append(
-            f"{log.unconfirmed} removals are recorded only as `deleting` in the log: the ledger "
-            "could not confirm them"
+            f"{plural(log.unconfirmed, 'removal')} "
+            f"{'is' if log.unconfirmed == 1 else 'are'} recorded only as `deleting` in the log: "
+            f"the ledger could not confirm {'it' if log.unconfirmed == 1 else 'them'}"
         )
     if stopped is not None:
         done = sum(1 for o in outcomes if o.deleted)
         left = sum(1 for o in outcomes if o.skipped == stopped)
         went = (
-            f"deleted {done} units before, each recorded in the ledger"
+            f"deleted {plural(done, 'unit')} before, each recorded in the ledger"
             if done
             else "nothing was deleted"
         )
@@ -935,7 +938,8 @@ def apply(
         )
         warnings.insert(
             0,
-            f"stopped: {why}: {went}; {left} more were not deleted (no record, no deletion); "
+            f"stopped: {why}: {went}; {left} more {'was' if left == 1 else 'were'} not deleted "
+            "(no record, no deletion); "
             "free some space there and sweep again",
         )
         return Report(tuple(outcomes), tuple(deltas), False, tuple(warnings), stopped=full)

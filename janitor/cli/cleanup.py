@@ -43,12 +43,11 @@ def sweep(
     if as_json:
         print_json(data)
     else:
-        from rich.console import Console
-
+        from janitor.cli.layout import layout_width, screen
         from janitor.cli.view import render_sweep
 
-        out = Console()
-        for part in render_sweep(data, time.time()):
+        out = screen()
+        for part in render_sweep(data, time.time(), layout_width(out)):
             out.print(part)
     for warning in result.warnings:
         say(f"warning: {warning}")
@@ -63,7 +62,9 @@ def touch(
 ) -> None:
     """Record a use of each PATH, so LRU eviction keeps it longer."""
     open_janitor().touch(*paths)
-    say(f"touched {len(paths)} path{'s' if len(paths) != 1 else ''}")
+    from janitor.humanize import plural
+
+    say(f"touched {plural(len(paths), 'path')}")
 
 
 def pin(
@@ -106,7 +107,7 @@ def emergency(
 ) -> None:
     """The disk is full: free ballast, then evict caches, writing nothing to the ledger."""
     lasting()  # a sweep, like `janitor sweep`
-    from janitor.sizes import format_size
+    from janitor.humanize import format_size, plural
 
     result = open_janitor().emergency(dry_run=dry_run)
     if as_json:
@@ -129,5 +130,5 @@ def emergency(
         units, evicted = result.report.deleted_units, result.report.deleted_bytes
     say(
         f"{verb} {format_size(ballast)} of ballast and {format_size(evicted)} "
-        f"in {units} cache units"
+        f"in {plural(units, 'cache unit')}"
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +27,6 @@ __all__ = [
     "G",
     "JsonOpt",
     "at_least",
-    "console",
     "fail",
     "lasting",
     "open_janitor",
@@ -90,16 +88,6 @@ def at_least(minimum: float) -> Callable[[typer.CallbackParam, Any], Any]:
 def print_json(data: Any) -> None:
     """``data`` as indented JSON on stdout."""
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
-
-
-def console() -> Any:
-    """A rich console for stdout; piped, it never truncates ids and paths to 80 columns."""
-    from rich.console import Console
-
-    out = Console()
-    if not out.is_terminal and "COLUMNS" not in os.environ:
-        out = Console(width=1000)
-    return out
 
 
 def settings() -> Settings:

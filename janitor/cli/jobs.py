@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -161,6 +160,7 @@ def _run(
     keep: bool,
     daemon: RunDaemon,
 ) -> None:
+    from janitor.humanize import plural
     from janitor.jobs.run import preflight, run_command
     from janitor.sizes import format_size
 
@@ -191,7 +191,7 @@ def _run(
         say(problem)
     result = run_command(jan, command, clean=not keep, daemon=daemon)
     line = (
-        f"run {result.run_id}: {result.grants} reservations of its guarded writes held "
+        f"run {result.run_id}: {plural(result.grants, 'reservation')} of its guarded writes held "
         f"{format_size(result.reserved)}, wrote {format_size(result.written)}"
     )
     if result.refusals:
@@ -206,7 +206,7 @@ def _run(
         )
     if result.removed:
         say(
-            f"removed {len(result.removed)} job folders left behind "
+            f"removed {plural(len(result.removed), 'job folder')} left behind "
             f"({format_size(result.removed_bytes)}): {', '.join(result.removed)}"
         )
     for where, why in result.kept:
@@ -238,13 +238,10 @@ def _check_route(command: list[str], *, require_fit: bool) -> None:
 def _print_preflight(pre: Preflight) -> None:
     """The pre-flight goes to stderr: stdout stays the command's. Then one line for each
     folder the job writes that no tree manages."""
-    from rich.console import Console
-
+    from janitor.cli.layout import screen
     from janitor.cli.view import render_preflight
 
-    out = Console(stderr=True)
-    if not out.is_terminal and "COLUMNS" not in os.environ:
-        out = Console(stderr=True, width=160)  # a log or a pipe: whole paths, not 80 columns
+    out = screen(stderr=True)  # a log or a pipe: whole lines, nothing cut
     for part in render_preflight(pre):
         out.print(part)
     for note in pre.notes:  # a message line each, whole, as a log keeps it

@@ -70,4 +70,6 @@ def policy_validate(
     # The root --policy is not read: the file to check is the argument.
     s = Settings.load(G.config)
     pol = load_policy(file, state_dir=s.state_dir)
-    say(f"{file}: ok ({len(pol.trees)} trees: {', '.join(pol.trees) or 'none'})")
+    from janitor.humanize import plural
+
+    say(f"{file}: ok ({plural(len(pol.trees), 'tree')}: {', '.join(pol.trees) or 'none'})")

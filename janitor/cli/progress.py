@@ -27,7 +27,8 @@ def scan_progress() -> tuple[Callable[[str, int], None] | None, Callable[[], Non
 
     bar = Progress(
         SpinnerColumn(),
-        TextColumn("scanning {task.fields[tree]}: {task.completed:,} entries"),
+        # Not markup: a tree's name is printed as it is, brackets and all.
+        TextColumn("scanning {task.fields[tree]}: {task.completed:,} entries", markup=False),
         console=Console(stderr=True),
         transient=True,
     )

@@ -125,11 +125,10 @@ def doctor(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json([c.as_dict() for c in checks])
     else:
-        from rich.console import Console
-
+        from janitor.cli.layout import screen
         from janitor.cli.view import render_checks
 
-        out = Console()
+        out = screen()
         for part in render_checks(checks):
             out.print(part)
     if any(c.verdict == "fail" for c in checks):

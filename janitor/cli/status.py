@@ -10,7 +10,6 @@ import typer
 from janitor.cli.common import (
     JsonOpt,
     at_least,
-    console,
     lasting,
     open_janitor,
     open_ledger,
@@ -35,11 +34,12 @@ def status(
     if as_json:
         print_json(jan.status().as_dict())
         return
+    from janitor.cli.layout import layout_width, screen
     from janitor.cli.view import render_status
 
-    out = console()
+    out = screen()
     if not watch:
-        out.print(render_status(jan.status(), jan.samples()))
+        out.print(render_status(jan.status(), jan.samples(), layout_width(out)))
         return
     lasting()
     from rich.live import Live
@@ -47,7 +47,8 @@ def status(
     try:
         with Live(console=out, auto_refresh=False, screen=False) as live:
             while True:
-                live.update(render_status(jan.status(), jan.samples()), refresh=True)
+                screen_now = render_status(jan.status(), jan.samples(), layout_width(out))
+                live.update(screen_now, refresh=True)
                 time.sleep(interval)
     except KeyboardInterrupt:
         pass
@@ -67,10 +68,11 @@ def space(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json({"volumes": [v.as_dict() for v in report]})
         return
+    from janitor.cli.layout import layout_width, screen
     from janitor.cli.view import render_space
 
-    out = console()
-    for part in render_space(report):
+    out = screen()
+    for part in render_space(report, layout_width(out)):
         out.print(part)
 
 

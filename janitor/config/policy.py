@@ -44,6 +44,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from janitor.errors import ConfigError, PolicyError, UnknownTree
+from janitor.humanize import plural
 from janitor.sizes import format_size, parse_duration, parse_size
 
 __all__ = [
@@ -642,7 +643,7 @@ def _report(path: Path, problems: list[str]) -> str:
     lines = [f"policy file {path} has {len(problems)} problems:", *(f"  {p}" for p in shown)]
     rest = len(problems) - len(shown)
     if rest:
-        lines.append(f"  ... and {rest} more problem{'s' if rest > 1 else ''}")
+        lines.append(f"  ... and {plural(rest, 'more problem')}")
     return "\n".join(lines)
 
 

@@ -28,6 +28,9 @@ import os
 import sys
 import time
 
+# Loaded with the package already (janitor.errors prints sizes with it): costs nothing more.
+from janitor.humanize import format_duration, format_size
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -61,7 +64,6 @@ DEFAULT_WAIT_S = 120.0
 #: 1 %, and allocation rounds up to blocks.
 MARGIN = 0.05
 SLACK = 256 * 1024
-_SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 #: ffmpeg's options that print something and exit (OPT_EXIT in its option table, 5.1 to 7.1):
 #: the estimator's parser stops at one of them (janitor.jobs.ffmpeg, kind ``_EXIT``).
 INFO_OPTIONS = frozenset(
@@ -83,16 +85,6 @@ class Refused(Exception):
         super().__init__(output)
         self.output = output
         self.numbers = numbers
-
-
-def _size(n: float) -> str:
-    """1024-based, as the pipeline prints sizes (janitor.sizes.format_size, without importing)."""
-    value = float(n)
-    for unit in _SIZE_UNITS:
-        if abs(value) < 1024 or unit == _SIZE_UNITS[-1]:
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def asks_only_for_information(args: Sequence[str]) -> bool:
@@ -542,22 +534,22 @@ def refusal_line(output: str, n: dict[str, Any]) -> str:
     short = n.get("shortfall", 0)
     evicted = n.get("evicted", 0)
     volume = n.get("volume", "?")
-    head = f"refused to write {output} ({_size(n.get('requested', 0))}) on volume {volume}: "
+    head = f"refused to write {output} ({format_size(n.get('requested', 0))}) on volume {volume}: "
     if n.get("error") == "never_fits":
         return (
-            head + f"it can never fit there: capacity {_size(n.get('capacity', 0))}, floor "
-            f"{_size(floor)}, {_size(n.get('held', 0))} held by files outside every reservation "
-            f"and cache leave at most {_size(n.get('most', 0))} even once every job ends. Free "
-            f"space on {volume} or use a bigger disk; ffmpeg did not run"
+            head + f"it can never fit there: capacity {format_size(n.get('capacity', 0))}, "
+            f"floor {format_size(floor)}, {format_size(n.get('held', 0))} held by files outside "
+            f"every reservation and cache leave at most {format_size(n.get('most', 0))} even "
+            f"once every job ends. Free space on {volume} or use a bigger disk; ffmpeg did not run"
         )
     queued = n.get("queued", 0)
-    ahead = f", {_size(queued)} wanted by jobs waiting ahead" if queued else ""
-    after = f" (after evicting {_size(evicted)} of cache)" if evicted else ""
+    ahead = f", {format_size(queued)} wanted by jobs waiting ahead" if queued else ""
+    after = f" (after evicting {format_size(evicted)} of cache)" if evicted else ""
     waited = n.get("waited_s", 0)
-    after += f" (after waiting {waited:.0f} s for room)" if waited else ""
+    after += f" (after waiting {format_duration(waited)} for room)" if waited else ""
     return (
-        head + f"{_size(free)} free, floor {_size(floor)}, {_size(reserved)} "
-        f"reserved by others{ahead}, short by {_size(short)}{after}. Free space on "
+        head + f"{format_size(free)} free, floor {format_size(floor)}, {format_size(reserved)} "
+        f"reserved by others{ahead}, short by {format_size(short)}{after}. Free space on "
         f"{volume} (`janitor status` shows who holds it) and retry; ffmpeg did not run"
     )
 
@@ -613,8 +605,8 @@ def _watch(child: Supervised, hold: _Hold) -> str | None:
             if written > nbytes * (1 + MARGIN) + SLACK:
                 what = "its job has left of its working set" if held.pooled else "reserved for it"
                 return (
-                    f"stopped ffmpeg: {output} reached {_size(written)}, past the "
-                    f"{_size(nbytes)} {what}"
+                    f"stopped ffmpeg: {output} reached {format_size(written)}, past the "
+                    f"{format_size(nbytes)} {what}"
                 )
             try:
                 st = os.statvfs(os.path.dirname(output) or ".")
@@ -714,7 +706,7 @@ def main(
         + (f" after waiting {hold.waited_s:.1f} s" if hold.waited_s else "")
         + ": "
         + ", ".join(
-            f"{_size(h.allowed)} for {h.output} ({h.reservation}"
+            f"{format_size(h.allowed)} for {h.output} ({h.reservation}"
             + (", the job's working set)" if h.pooled else ")")
             for h in hold.writes
         ),
