@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -60,8 +61,21 @@ DryRunOpt = Annotated[
 
 
 def say(message: str) -> None:
-    """One message line on stderr, prefixed ``janitor:``."""
-    print(f"janitor: {message}", file=sys.stderr)
+    """One message on stderr, prefixed ``janitor:``: one line into a pipe or a log, whole;
+    in a terminal, wrapped to its width (between words; a path longer than the width is
+    broken), the lines after the first indented."""
+    line = f"janitor: {message}"
+    try:
+        width = os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else 0
+    except (OSError, ValueError):
+        width = 0
+    if 20 <= width < len(line):
+        import textwrap
+
+        line = textwrap.fill(
+            line, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=True
+        )
+    print(line, file=sys.stderr)
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -73,7 +87,7 @@ def fail(message: str, code: int) -> NoReturn:
 def at_least(minimum: float) -> Callable[[typer.CallbackParam, Any], Any]:
     """An option's callback: its value, or exit 2 with one line when it is below ``minimum``.
 
-    Said here rather than with typer's ``min=``, whose help shows a range (``[x>=1]``) and
+    Said here rather than with typer's ``min=``, whose help shows a range (``x>=1`` in brackets) and
     whose refusal is a framed block rather than one line.
     """
 
