@@ -492,6 +492,48 @@ def test_a_link_swapped_out_of_the_tree_after_planning_stops_the_delete(
     assert secret.read_bytes() == b"E" * 64 * KiB and snaps["old"].is_dir()
 
 
+@needs_hf
+def test_a_revision_with_a_mount_inside_is_never_deleted(
+    hub: Hub, write_policy: Callable[..., Path], run_cli: Cli, tmpfs: Callable[..., Path]
+) -> None:
+    snaps = two_models(hub)
+    hf_policy(write_policy, hub, quota=quota_for(hub, ["main", "other"]), low_watermark="100%")
+    mount = tmpfs("1m", name=str((snaps["old"] / "mnt").relative_to(hub.root.parents[1])))
+    (mount / "theirs.bin").write_bytes(b"M" * 4096)
+    then = time.time() - 10 * DAY
+    os.utime(snaps["old"], (then, then))  # making the mount point changed it
+    done = sweep(run_cli)
+    assert [(i["path"], i["deleted"]) for i in done["items"]] == [(str(snaps["old"]), False)]
+    assert "another filesystem mounted there" in done["items"][0]["skipped"]
+    assert (mount / "theirs.bin").read_bytes() == b"M" * 4096 and snaps["old"].is_dir()
+
+
+@needs_hf
+def test_the_daemon_evicts_the_oldest_revision_once_a_download_takes_the_cache_past_its_quota(
+    tmp_path: Path,
+) -> None:
+    from ._daemon_helpers import daemon_setup, eventually, running_daemon
+
+    keys = {"units": "hf_revision", "quota": "1GiB", "low_watermark": "100%", "min_age": "0s"}
+    with daemon_setup(tmp_path / "d", tree=keys) as setup:
+        hub = Hub(setup.tree)
+        snaps = two_models(hub)
+        quota = quota_for(hub, ["old", "main", "other"])
+        setup.write_policy(trees={"cache": {**setup.trees["cache"], "quota": quota}})
+        with running_daemon(setup) as d:
+            eventually(
+                lambda: any(t.get("last_sweep") for t in (d.status_json() or {}).get("trees", [])),
+                what="the daemon's first sweep",
+            )
+            assert all(s.exists() for s in snaps.values())  # within its quota: nothing goes
+            fresh = hub.revision(
+                "org/other", "fresh", {"weights/model.bin": b"F" * 100 * KiB}, age_days=0
+            )
+            eventually(lambda: not snaps["old"].exists(), what="the oldest revision evicted")
+            assert snaps["main"].exists() and snaps["other"].exists() and fresh.exists()
+        assert set(hf_revisions(hub)) == {commit("main"), commit("other"), commit("fresh")}
+
+
 def test_pressure_and_make_room_never_evict_revisions(hub: Hub) -> None:
     two_models(hub)
     t = tree(hub, quota="10GiB")

@@ -181,8 +181,8 @@ def _check_targets(
             continue
         checked.add(rel)
         e = known.get(rel)
-        if e is None:
-            raise Refused(f"{rel} is new or changed since the scan")
+        if e is None:  # the scan leaves out what another filesystem holds, mounts too
+            raise Refused(f"{rel} is new since the scan, or another filesystem mounted there")
         if stat.S_ISREG(e.mode):
             _hold(checks, e, held)
             continue
