@@ -271,6 +271,66 @@ def test_the_last_revision_of_a_repository_takes_its_folder_with_it(
     assert set(hf_revisions(hub)) == {commit("main")}
 
 
+def shared_store(hub: Hub, data: bytes, *users: tuple[str, str, float]) -> Path:
+    """huggingface_hub 2.x's shared blob store: one payload at ``blobs/<xx>/<hash>`` with its
+    manifest, reached from each user's repository blob (a symlink) by its snapshot link; each
+    user is (repository, commit tag, age in days)."""
+    store = hub.root / "blobs"
+    store.mkdir(exist_ok=True)
+    (store / ".huggingface-shared-blobs").write_text("1\n")
+    digest = hashlib.sha256(data).hexdigest()
+    payload = store / digest[:2] / digest
+    payload.parent.mkdir(exist_ok=True)
+    payload.write_bytes(data)
+    refs = []
+    for name, tag, age_days in users:
+        repo = hub.repo(name)
+        etag = hashlib.sha1(data + name.encode()).hexdigest()
+        blob = repo / "blobs" / etag
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.symlink_to(os.path.relpath(payload, blob.parent))
+        refs.append(f"{repo.name}/blobs/{etag}\n")
+        snap = repo / "snapshots" / commit(tag)
+        snap.mkdir(parents=True)
+        (snap / "model.safetensors").symlink_to(os.path.relpath(blob, snap))
+        when = time.time() - age_days * DAY
+        for p in (blob, snap / "model.safetensors", snap):
+            os.utime(p, (when, when), follow_symlinks=False)
+    (payload.parent / f"{digest}.refs").write_text("".join(refs))
+    old = time.time() - 30 * DAY
+    os.utime(payload, (old, old))
+    return payload
+
+
+@needs_hf
+def test_a_payload_of_the_shared_store_goes_with_the_last_revision_that_uses_it(
+    hub: Hub, write_policy: Callable[..., Path], run_cli: Cli
+) -> None:
+    from huggingface_hub.utils import _cache_manager
+
+    if not hasattr(_cache_manager, "_shared_blobs"):
+        pytest.skip("this huggingface_hub has no shared blob store")
+    payload = shared_store(hub, b"W" * 256 * KiB, ("org/a", "a", 10), ("org/b", "b", 5))
+    main = hub.revision("org/c", "c", {"x.bin": b"c" * 64 * KiB}, age_days=1)
+    units = units_of(hub)
+    assert {str(payload)} <= {e.path for e in units[commit("a")].entries}
+    # The payload counts once, in the newer of its two users.
+    assert units[commit("b")].size - units[commit("a")].size >= 256 * KiB
+    hf_policy(write_policy, hub, quota=quota_for(hub, ["b", "c"]), low_watermark="100%")
+    first = sweep(run_cli)
+    assert [i["path"] for i in first["items"] if i["deleted"]] == [
+        str(hub.repo("org/a") / "snapshots" / commit("a"))
+    ]
+    assert payload.exists() and not hub.repo("org/a").exists()
+    hf_policy(write_policy, hub, quota=quota_for(hub, ["c"]), low_watermark="100%")
+    second = sweep(run_cli)
+    assert [i["path"] for i in second["items"] if i["deleted"]] == [
+        str(hub.repo("org/b") / "snapshots" / commit("b"))
+    ]
+    assert not payload.exists() and main.exists()
+    assert set(hf_revisions(hub)) == {commit("c")}
+
+
 @needs_hf
 def test_the_intent_is_in_the_ledger_before_huggingface_hub_deletes(
     hub: Hub, write_policy: Callable[..., Path], monkeypatch: pytest.MonkeyPatch

@@ -151,7 +151,8 @@ def _strategy(checks: Checks, repo: str, commit: str) -> tuple[Any, list[str]]:
         "repos": lambda rel: rel == repo,
         "snapshots": lambda rel: rel == f"{repo}/snapshots/{commit}",
         "refs": lambda rel: rel.startswith(f"{repo}/refs/"),
-        "blobs": lambda rel: rel.startswith(f"{repo}/blobs/"),
+        # Older huggingface_hub (0.20) lists a file copied into a snapshot as its own blob.
+        "blobs": lambda rel: rel.startswith((f"{repo}/blobs/", f"{repo}/snapshots/{commit}/")),
         "files": lambda rel: False,  # single snapshot files: never part of a revision's plan
     }
     targets: list[str] = []
