@@ -101,9 +101,10 @@ def remove_revision(unit: Unit, checks: Checks) -> tuple[int, int]:
                     _hold(checks, e, held)
             try:
                 strategy.execute()
-            except OSError as exc:
+            except Exception as exc:  # OSError, or a failure of its own: count what went
                 files, size = _gone(unit.entries)
-                why = f"huggingface_hub stopped part way: {exc.strerror or exc}"
+                text = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                why = f"huggingface_hub stopped part way: {text}"
                 if files or size:
                     raise Partial(files, size, why) from None
                 raise Refused(why) from None
@@ -121,8 +122,10 @@ def _strategy(checks: Checks, repo: str, commit: str) -> tuple[Any, list[str]]:
     root (Refused when one is anything but this revision's)."""
     try:
         from huggingface_hub import scan_cache_dir
-    except ImportError:
-        raise Refused(f'units = "hf_revision" {HF_MISSING}') from None
+    except ImportError as exc:
+        if exc.name == "huggingface_hub":
+            raise Refused(f'units = "hf_revision" {HF_MISSING}') from None
+        raise Refused(f"huggingface_hub cannot be imported: {exc}") from None
     real = os.path.realpath(checks.root)
     try:
         st = os.stat(real)
