@@ -102,9 +102,15 @@ def _dir_unit_matches(tree: TreePolicy, unit: Path) -> bool:
 
 
 def tree_usage(tree: TreePolicy) -> int:
-    """Allocated bytes the tree manages: the whole root, or only its matching unit folders."""
+    """Allocated bytes the tree manages: the whole root, only its matching unit folders, or
+    its Hugging Face revisions (what the planner weighs against the quota)."""
     if tree.units == "file":
         return allocated_size(tree.path)
+    if tree.units == "hf_revision":
+        from janitor.cleanup.scan import scan
+        from janitor.cleanup.units import group_units
+
+        return int(group_units(scan(tree.path), tree).size.sum())
     total = 0
     try:
         children = list(os.scandir(tree.path))

@@ -247,7 +247,8 @@ def capacity(
     tx: Tx, policy: Policy, volume: Volume, *, kept: frozenset[str] = frozenset()
 ) -> Capacity:
     """The volume's capacity for one request (see :class:`Capacity`): used bytes less what can
-    come back: the caches on it (every entry can be evicted once unpinned), the folders of
+    come back: the caches on it (every entry can be evicted once unpinned; not a cache of
+    Hugging Face revisions, which only its quota evicts), the folders of
     its jobs (removed when they end), and what live reservations elsewhere on it wrote.
     ``kept``: files the request itself keeps (its job's pinned sources): they never come back
     while it waits.
@@ -258,7 +259,7 @@ def capacity(
     caches = []
     for tree in policy.trees.values():
         try:
-            if tree.role == "cache" and os.stat(tree.path).st_dev == device:
+            if tree.evicts_for_room and os.stat(tree.path).st_dev == device:
                 caches.append(os.path.normpath(os.path.abspath(tree.path)))
         except OSError:
             continue

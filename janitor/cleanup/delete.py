@@ -3,7 +3,9 @@
 ``apply`` re-checks every file right before removing it (same inode, size and mtime; owned by
 us; not pinned, locked or open now), removes it relative to an opened parent folder without
 following symlinks, never leaves the tree's filesystem, never removes the tree root, and logs
-every unit it removed with its reason.
+every unit it removed with its reason. A Hugging Face hub revision (``units = "hf_revision"``)
+is removed by huggingface_hub's own cache API, once the same checks passed on every path it
+would remove (``janitor.cleanup.hf_delete``).
 """
 
 from __future__ import annotations
@@ -227,7 +229,7 @@ class _Deleter:
         if not pins:
             return
         base = self.root.rstrip("/") + "/"
-        unit_path = unit.path if unit.kind == "dir" else None
+        unit_path = unit.path if unit.kind in ("dir", "hf_revision") else None
         for p in pins:
             if not (p.startswith(base) or base.startswith(p.rstrip("/") + "/")):
                 continue
@@ -331,6 +333,8 @@ class _Deleter:
         self._check_pins(unit)
         if unit.kind == "dir":
             return self._delete_dir_unit(unit)
+        if unit.kind == "hf_revision":
+            return self._delete_revision(unit)
         entries = unit.entries
         if len(entries) == 1 and unit.lock is None:
             e = entries[0]
@@ -400,6 +404,28 @@ class _Deleter:
                     _close_held(fd)
             if lock_fd is not None:
                 os.close(lock_fd)  # drops our flock: a waiting converter goes on
+
+    def _delete_revision(self, unit: Unit) -> tuple[int, int]:
+        """A Hugging Face hub revision: removed by huggingface_hub's cache API once every check
+        here passed on every path it names (``janitor.cleanup.hf_delete``)."""
+        from janitor.cleanup import hf_delete
+
+        checks = hf_delete.Checks(
+            self.root,
+            self.root_fd,
+            self.device,
+            self.plan.root_ino,
+            self._folder,
+            self._hold,
+            self._verify,
+            _close_held,
+        )
+        try:
+            return hf_delete.remove_revision(unit, checks)
+        except hf_delete.Partial as exc:
+            raise _Partial(exc.files, exc.size, str(exc)) from None
+        except hf_delete.Refused as exc:
+            raise _Skip(str(exc)) from None
 
     def _delete_dir_unit(self, unit: Unit) -> tuple[int, int]:
         if "/" in unit.key or unit.key in ("", ".", ".."):

@@ -436,7 +436,9 @@ def plan_pressure(
     """Evict across several caches on one volume, oldest last use first, until ``need`` bytes.
 
     Nix's min-free/max-free: used when free space is below free_low (need = free_target - free)
-    and to make room for a reservation (need = its shortfall). Scratch trees are never used.
+    and to make room for a reservation (need = its shortfall). Scratch trees are never used, nor
+    caches of Hugging Face revisions (only their own quota evicts them: a model evicted on an
+    offline machine cannot be downloaded again).
     Ties of last use are broken by tree name, then unit key.
     """
     skip: dict[str, set[str]] = {}
@@ -448,7 +450,7 @@ def plan_pressure(
     trees: list[TreePlan] = []
     with gc_paused():
         for snapshot, units, tree in candidates:
-            if tree.role != "cache":
+            if not tree.evicts_for_room:  # scratch trees; Hugging Face revisions (quota only)
                 continue
             table = UnitTable.of(units, snapshot.root)
             free, kept, count = _judge(table, tree, snapshot.root, protection)

@@ -370,7 +370,7 @@ def make_room(
 
     trees = []
     for t in policy.trees.values():
-        if t.role != "cache":
+        if not t.evicts_for_room:
             continue
         try:
             if device_of(t.path) == device:
@@ -471,7 +471,7 @@ def emergency(
     now = time.time()
     open_set: frozenset[tuple[int, int]] = frozenset()
     for device, trees in by_device.items():
-        caches = [t for t in trees if t.role == "cache"]
+        caches = [t for t in trees if t.evicts_for_room]
         if not caches:
             continue
         vs = Volume.at(policy, caches[0].path)

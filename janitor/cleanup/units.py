@@ -4,7 +4,9 @@
 in the default policy ``{fp}.wav``, ``{fp}.tmp.wav`` and ``{fp}.wav.lock`` share the key ``fp``.
 ``units = "dir"``: each folder directly under the root that matches ``unit_glob`` (and holds an
 entry matching one of ``unit_requires``) is a unit with everything inside it, like a job's
-``.tmpXXXXXX`` folder. Grouping is pure: a snapshot and a policy in, units out.
+``.tmpXXXXXX`` folder. ``units = "hf_revision"``: each revision of a Hugging Face hub cache
+(``janitor.cleanup.hf_units``). Grouping is pure: a snapshot and a policy in, units out (the
+revisions' links and refs files are read, a few bytes each).
 
 Trees hold up to millions of files, so the file grouping works column by column: each step is
 one pass that runs in C (``map``, ``zip``, ``compress``, one regex substitution over all names
@@ -26,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from janitor.cleanup.group_keys import group_keys, match_key, suffix_form
+from janitor.cleanup.hf_units import revision_key, revisions
 from janitor.cleanup.scan import Entry, Snapshot, gc_paused
 from janitor.config.policy import TreePolicy
 
@@ -42,8 +45,8 @@ class Unit(NamedTuple):
     """
 
     key: str
-    kind: Literal["file", "dir"]
-    path: str  # the folder of a dir unit; the first file of a file unit
+    kind: Literal["file", "dir", "hf_revision"]
+    path: str  # the folder of a dir unit; the first file of a file unit; a snapshot folder
     entries: tuple[Entry, ...]
     size: int
     last_use: float
@@ -86,6 +89,8 @@ def unit_key_for(tree: TreePolicy, rel: str) -> str:
     """The key of the unit that a path (relative to the root) belongs or would belong to."""
     if tree.units == "dir":
         return rel.split("/", 1)[0]
+    if tree.units == "hf_revision":
+        return revision_key(rel)
     folder, _, name = rel.rpartition("/")
     if tree.group:
         m = re.match(tree.group, name)
@@ -104,6 +109,8 @@ def group_units(
     with gc_paused():
         if tree.units == "dir":
             return _dir_units(snapshot, tree, touches, include, exclude)
+        if tree.units == "hf_revision":
+            return _revision_units(snapshot, touches, include, exclude)
         return _file_units(snapshot, tree, touches, include, exclude)
 
 
@@ -177,7 +184,7 @@ class UnitTable(LazySequence[Unit]):
     def __init__(
         self,
         *,
-        kind: Literal["file", "dir"],
+        kind: Literal["file", "dir", "hf_revision"],
         root: str,
         files: Sequence[Entry],
         starts: Ints | None,
@@ -602,4 +609,22 @@ def _dir_units(
                 max(last, touched),
             )
         )
+    return UnitTable.of(units, snapshot.root)
+
+
+# -- Hugging Face hub revisions ------------------------------------------------------------------
+
+
+def _revision_units(
+    snapshot: Snapshot,
+    touches: Mapping[str, float],
+    include: re.Pattern[str] | None,
+    exclude: re.Pattern[str] | None,
+) -> UnitTable:
+    """One unit per revision of a hub cache (``janitor.cleanup.hf_units``); ``include`` and
+    ``exclude`` match repository folder names."""
+    units = [
+        Unit(r.key, "hf_revision", r.path, r.entries, r.size, r.last_use)
+        for r in revisions(snapshot, touches, include, exclude)
+    ]
     return UnitTable.of(units, snapshot.root)

@@ -49,11 +49,13 @@ from janitor.sizes import format_size, parse_duration, parse_size
 
 __all__ = [
     "FORBIDDEN_ROOTS",
+    "HF_MISSING",
     "Policy",
     "SizeSpec",
     "TreePolicy",
     "VolumePolicy",
     "expand_path",
+    "hf_hub_installed",
     "load_policy",
 ]
 
@@ -105,6 +107,24 @@ FORBIDDEN_SUBTREES = (
     "/System",
     "/private/etc",
 )
+
+#: Why a policy with ``units = "hf_revision"`` is refused where huggingface_hub is missing.
+HF_MISSING = (
+    "needs the huggingface_hub package, which is not installed for this Python; install "
+    "space-janitor's hf extra (pip install 'space-janitor[hf]', or '.[hf]' in its clone), "
+    'or keep role = "report"'
+)
+
+
+def hf_hub_installed() -> bool:
+    """Whether huggingface_hub can be imported here (looked up, not imported: it is slow)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("huggingface_hub") is not None
+    except (ImportError, ValueError):
+        return False
+
 
 _PLACEHOLDER_RE = re.compile(r"(?<!\$)\{([a-z_]+)\}")
 #: ``${VAR}`` or ``${VAR:-fallback}`` with no ``${`` inside: expanded innermost first, so a
@@ -306,7 +326,7 @@ class TreePolicy(_Model):
     orphan_age: Duration = 86400.0
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
-    units: Literal["file", "dir"] = "file"
+    units: Literal["file", "dir", "hf_revision"] = "file"
     unit_glob: str = "*"
     unit_requires: tuple[str, ...] | dict[str, tuple[str, ...]] = ()
     active_jobs: Literal["batchalign3"] | None = Field(
@@ -392,6 +412,7 @@ class TreePolicy(_Model):
         if self.active_jobs is not None and self.role != "scratch":
             why = 'applies to role = "scratch" only'
             problems.append(_problem(("active_jobs",), why, self.active_jobs))
+        problems += self._hf_problems()
         low, quota = self.low_watermark.nbytes, self.quota.nbytes if self.quota else None
         if low is not None and quota is not None and low > quota:
             why = f"must not exceed quota ({self.quota})"
@@ -402,6 +423,30 @@ class TreePolicy(_Model):
         if problems:
             _raise("TreePolicy", problems)
         return self
+
+    def _hf_problems(self) -> list[InitErrorDetails]:
+        """``units = "hf_revision"``: a cache of Hugging Face hub revisions, deleted through
+        huggingface_hub's own cache API, so that package must be there (the ``hf`` extra)."""
+        if self.units != "hf_revision":
+            return []
+        problems = []
+        if self.role != "cache":
+            why = 'applies to role = "cache" only (with a quota: whole revisions are evicted)'
+            problems.append(_problem(("units",), why, self.units))
+        elif not hf_hub_installed():
+            problems.append(_problem(("units",), HF_MISSING, self.units))
+        for key in ("group", "lock"):
+            if getattr(self, key) is not None:
+                why = 'does not apply to units = "hf_revision" (a unit is a whole revision)'
+                problems.append(_problem((key,), why, getattr(self, key)))
+        return problems
+
+    @property
+    def evicts_for_room(self) -> bool:
+        """Whether volume pressure and make-room may evict this tree's units: any cache but
+        one of Hugging Face revisions, which only its own quota (or max_age) evicts: an
+        offline machine cannot download a model again."""
+        return self.role == "cache" and self.units != "hf_revision"
 
     @model_validator(mode="before")
     @classmethod
@@ -693,7 +738,7 @@ _WANTED = {
     "volumes.path": 'any path on the volume these numbers are for, e.g. "/mnt/data"',
     "role": '"cache", "scratch" or "report"',
     "active_jobs": '"batchalign3"',
-    "units": '"file" or "dir"',
+    "units": '"file", "dir" or "hf_revision"',
     "quota": _SIZE,
     "low_watermark": _SIZE,
     "floor": _SIZE,
