@@ -25,7 +25,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from janitor.errors import (
@@ -391,7 +391,7 @@ def grant(jan: Janitor, prep: Prepared, *, ticket: str | None = None) -> WriteSe
     if ticket is not None:
         raise refused  # still waiting: what the call holds stays
     if prep.first and prep.request.wait_s > 0:
-        raise _queue(jan, prep, refused, short.needs)
+        raise _queue(jan, prep, refused, short)
     _give_back(jan, prep)
     raise refused
 
@@ -566,26 +566,23 @@ def _give_back(jan: Janitor, prep: Prepared) -> None:
 # -- 3. room, then a turn --------------------------------------------------------------------------
 
 
-def _queue(
-    jan: Janitor, prep: Prepared, refused: ReservationRefused, needs: dict[int, int]
-) -> Exception:
-    """Queue a refused first write, or say it never fits (refused at once)."""
+def _queue(jan: Janitor, prep: Prepared, refused: ReservationRefused, short: _Short) -> Exception:
+    """Queue a refused first write, or say it never fits (refused at once): NeverFits takes its
+    numbers from the decision that refused, asking for all the call wants on the volume."""
     from janitor.admission.jobs import capacity
     from janitor.admission.volume import Volume
 
     tp = jan.policy.tree(refused.tree)
     vol = Volume.at(jan.policy, tp.path)
-    need = needs.get(vol.device, refused.requested)
+    need = short.needs.get(vol.device, refused.requested)
     with jan.ledger.read() as tx:
         own = [tx.jobs.get(j) for j in set(prep.jobs.values())]
         kept = frozenset(s.source for j in own if j is not None for s in j.sources if s.pin)
         cap = capacity(tx, jan.policy, vol, kept=kept)
     if need > cap.most:
         _give_back(jan, prep)
-        return NeverFits(
-            refused.tree, need, refused.free, refused.floor, refused.reserved, refused.volume,
-            refused.evicted, output=refused.output, capacity=cap.total, held=cap.held,
-        )  # fmt: skip
+        whole = replace(short.decision, requested=need, queued=0)
+        return NeverFits(whole, output=refused.output, capacity=cap.total, held=cap.held)
     req = prep.request
     what = refused.output or "?"
 
@@ -669,9 +666,8 @@ def log_refuse_error(tx: Tx, exc: ReservationRefused, job: str | None, ts: float
 
 
 def _waited(exc: ReservationRefused, seconds: float) -> ReservationRefused:
-    state = exc.__getstate__()
-    state["waited_s"] = seconds
-    return type(exc)(**state)
+    """The same refusal, after ``seconds`` of waiting for room."""
+    return ReservationRefused.from_dict({**exc.as_dict(), "waited_s": seconds})
 
 
 def open_writes(
