@@ -13,8 +13,34 @@ from janitor.humanize import format_duration, format_size
 
 TYPE_CHECKING = False  # typing costs the guarded ffmpeg 20 ms at every start
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-    from typing import Any
+    from collections.abc import Iterable, Mapping
+    from typing import Any, Protocol
+
+    class Decision(Protocol):
+        """The numbers of the admission decision a refusal is made from (what
+        ``janitor.admission.reserve.Admission`` has; this layer cannot import it)."""
+
+        @property
+        def tree(self) -> str: ...
+        @property
+        def volume(self) -> str: ...
+        @property
+        def requested(self) -> int: ...
+        @property
+        def free(self) -> int: ...
+        @property
+        def floor(self) -> int: ...
+        @property
+        def reserved(self) -> int: ...
+        @property
+        def evicted(self) -> int: ...
+        @property
+        def queued(self) -> int: ...
+        @property
+        def available(self) -> int: ...
+        @property
+        def shortfall(self) -> int: ...
+
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -110,33 +136,33 @@ class ReservationRefused(JanitorError, OSError):
 
     It is an ``OSError`` with ``errno == ENOSPC``, so code that already handles a full disk
     handles a refusal too, but it happens *before* anything was written.
+
+    It takes its numbers from the decision that refused (``Admission.refusal()`` makes it), so
+    what is available and how short the request falls are worked out in one place, admission;
+    a refusal read back from its JSON (:meth:`from_dict`: a 507 answer, a pickle) carries them
+    as they were decided. ``output`` is the file that does not fit, when the request was a
+    command's output (a guarded ffmpeg call's).
     """
 
     exit_code = EXIT_TEMPFAIL
 
     def __init__(
-        self,
-        tree: str,
-        requested: int,
-        free: int,
-        floor: int,
-        reserved: int,
-        volume: str,
-        evicted: int = 0,
-        *,
-        queued: int = 0,
-        waited_s: float = 0.0,
-        output: str | None = None,
+        self, decision: Decision, *, output: str | None = None, waited_s: float = 0.0
     ) -> None:
-        self.tree = tree
-        self.requested = requested
-        self.free = free
-        self.floor = floor
-        self.reserved = reserved
-        self.volume = volume
-        self.evicted = evicted
+        self.tree = decision.tree
+        self.volume = decision.volume
+        self.requested = decision.requested
+        self.free = decision.free
+        self.floor = decision.floor
+        self.reserved = decision.reserved
+        self.evicted = decision.evicted
         #: Bytes that jobs waiting ahead of this one need (first come, first served).
-        self.queued = queued
+        self.queued = decision.queued
+        #: Bytes that could still be granted: free - floor - reserved by others - what jobs
+        #: waiting ahead need (never < 0).
+        self.available = decision.available
+        #: Bytes missing for this request to fit (including any deficit below the floor).
+        self.shortfall = decision.shortfall
         #: Seconds this request waited for room before it was refused.
         self.waited_s = waited_s
         #: The file that does not fit, when the request was a command's output.
@@ -144,16 +170,16 @@ class ReservationRefused(JanitorError, OSError):
         super().__init__(errno.ENOSPC, self._message())
         self.filename = output
 
-    @property
-    def available(self) -> int:
-        """Bytes that could still be granted: free - floor - reserved by others - what jobs
-        waiting ahead need (never < 0)."""
-        return max(0, self.free - self.floor - self.reserved - self.queued)
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> ReservationRefused:
+        """The refusal :meth:`as_dict` describes (the HTTP API's 507 answer): a
+        :class:`NeverFits` when its ``error`` says so."""
+        kind = NeverFits if data.get("error") == "never_fits" else ReservationRefused
+        return kind._rebuilt(data)
 
-    @property
-    def shortfall(self) -> int:
-        """Bytes missing for this request to fit (including any deficit below the floor)."""
-        return max(0, self.requested - (self.free - self.floor - self.reserved - self.queued))
+    @classmethod
+    def _rebuilt(cls, data: Mapping[str, Any]) -> ReservationRefused:
+        return cls(_Numbers(data), output=data.get("output"), waited_s=data.get("waited_s", 0.0))
 
     def _message(self) -> str:
         queued = ""
@@ -194,21 +220,35 @@ class ReservationRefused(JanitorError, OSError):
         }
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), self.__getstate__()))
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            k: getattr(self, k)
-            for k in (
-                "tree", "requested", "free", "floor", "reserved", "volume", "evicted", "queued",
-                "waited_s", "output",
-            )
-        }  # fmt: skip
+        return (_rebuild, (type(self), self.as_dict()))
 
 
-def _rebuild(cls: type[ReservationRefused], state: dict[str, Any]) -> ReservationRefused:
-    """Unpickle a refusal of any subclass from its keyword state."""
-    return cls(**state)
+class _Numbers:
+    """A refusal's numbers read back from :meth:`ReservationRefused.as_dict`'s shape, so a
+    refusal rebuilt from it keeps them as admission decided them (a missing number reads 0, a
+    missing name ``?``)."""
+
+    __slots__ = (
+        "available", "evicted", "floor", "free", "queued", "requested", "reserved", "shortfall",
+        "tree", "volume",
+    )  # fmt: skip
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.tree: str = data.get("tree", "?")
+        self.volume: str = data.get("volume", "?")
+        self.requested: int = data.get("requested", 0)
+        self.free: int = data.get("free", 0)
+        self.floor: int = data.get("floor", 0)
+        self.reserved: int = data.get("reserved", 0)
+        self.evicted: int = data.get("evicted", 0)
+        self.queued: int = data.get("queued", 0)
+        self.available: int = data.get("available", 0)
+        self.shortfall: int = data.get("shortfall", 0)
+
+
+def _rebuild(cls: type[ReservationRefused], data: dict[str, Any]) -> ReservationRefused:
+    """Unpickle a refusal of any subclass from its JSON shape."""
+    return cls._rebuilt(data)
 
 
 class NeverFits(ReservationRefused):
@@ -216,11 +256,29 @@ class NeverFits(ReservationRefused):
     what lies there outside every reservation and cannot be evicted. Waiting cannot help, so it
     is refused at once."""
 
-    def __init__(self, *args: Any, capacity: int = 0, held: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        decision: Decision,
+        *,
+        output: str | None = None,
+        waited_s: float = 0.0,
+        capacity: int = 0,
+        held: int = 0,
+    ) -> None:
         #: The volume's size, and the bytes on it that no reservation holds and no eviction frees.
         self.capacity = capacity
         self.held = held
-        super().__init__(*args, **kwargs)
+        super().__init__(decision, output=output, waited_s=waited_s)
+
+    @classmethod
+    def _rebuilt(cls, data: Mapping[str, Any]) -> ReservationRefused:
+        return cls(
+            _Numbers(data),
+            output=data.get("output"),
+            waited_s=data.get("waited_s", 0.0),
+            capacity=data.get("capacity", 0),
+            held=data.get("held", 0),
+        )
 
     @property
     def most(self) -> int:
@@ -240,9 +298,6 @@ class NeverFits(ReservationRefused):
         data = super().as_dict()
         data.update(error="never_fits", capacity=self.capacity, held=self.held, most=self.most)
         return data
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**super().__getstate__(), "capacity": self.capacity, "held": self.held}
 
 
 class SpaceRisk(JanitorError, OSError):

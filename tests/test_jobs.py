@@ -517,13 +517,13 @@ def lib(tmpfs: Callable[..., Path], write_policy: Callable[..., Path]) -> Iterat
 
 
 def test_later_cuts_draw_on_the_working_set_with_no_new_admission(lib: Lib) -> None:
-    from janitor.jobs.writes import close, open_writes
+    from janitor.jobs.writes import close_writes, open_writes
 
     first = open_writes(lib.jan, lib.cut(".tmpjob", 0, MiB, 10 * MiB))
     (held,) = first.writes
     assert held.pooled and held.allowed == 10 * MiB
     fill_file(Path(held.output), MiB)
-    close(lib.jan, first.own, first.pins)
+    close_writes(lib.jan, first.own, first.pins)
     later = open_writes(lib.jan, lib.cut(".tmpjob", 1, MiB, 10 * MiB))
     assert [w.reservation for w in later.writes] == [held.reservation]
     assert later.writes[0].allowed == 9 * MiB  # what the job has left

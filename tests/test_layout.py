@@ -147,6 +147,17 @@ def test_storage_never_knows_janitor() -> None:
     assert [(m, t) for m in low for t in GRAPH[m] if t in ("janitor.core", "janitor.handles")] == []
 
 
+def test_the_guards_wire_stands_alone() -> None:
+    """The guard's client and the values a guarded call holds import no other module of ours
+    (the guarded ffmpeg loads them on every call), and the daemon imports neither the guard nor
+    its client: it ends a call's writes through ``janitor.jobs.writes``, beside opening them."""
+    assert GRAPH["janitor.jobs.daemon_client"] == []
+    assert GRAPH["janitor.jobs.held"] == []
+    daemon = {t for m, ts in GRAPH.items() if m.startswith("janitor.daemon") for t in ts}
+    assert daemon & {"janitor.jobs.guard", "janitor.jobs.daemon_client"} == set()
+    assert "janitor.jobs.writes" in GRAPH["janitor.daemon.api"]
+
+
 def sql_literals(path: Path) -> Iterator[int]:
     keywords = ("SELECT ", "INSERT ", "UPDATE ", "DELETE FROM", "CREATE TABLE", "PRAGMA ")
     for node in ast.walk(ast.parse(path.read_text())):

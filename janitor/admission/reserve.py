@@ -104,18 +104,7 @@ class Admission:
 
     def refusal(self, output: str | None = None, waited_s: float = 0.0) -> ReservationRefused:
         """The error to raise when the request does not fit (``output``: the file refused)."""
-        return ReservationRefused(
-            self.tree,
-            self.requested,
-            self.free,
-            self.floor,
-            self.reserved,
-            self.volume,
-            self.evicted,
-            queued=self.queued,
-            waited_s=waited_s,
-            output=output,
-        )
+        return ReservationRefused(self, output=output, waited_s=waited_s)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of `janitor check`."""

@@ -521,10 +521,12 @@ class _Calls:
         return probe
 
     def guard_release(self, req: GuardRelease) -> bytes:
-        from janitor.jobs.writes import Written, close
+        from janitor.jobs.held import Written
+        from janitor.jobs.writes import close_writes
 
         written = [Written(w.path, w.bytes) for w in req.written]
-        close(self.daemon.janitor, req.reservations, req.pins, written, job=req.job, run=req.run)
+        jan = self.daemon.janitor
+        close_writes(jan, req.reservations, req.pins, written, job=req.job, run=req.run)
         return _dumps({"reservations": req.reservations, "pins": req.pins})
 
 

@@ -3,11 +3,12 @@
 batchalign3 runs a bare ``ffmpeg`` from ``PATH`` for every big write it makes, so a guard first
 on ``PATH`` protects it unchanged (``janitor shim install``, ``janitor run``). For each call the
 guard works out the files ffmpeg will write and their bytes (janitor.jobs.ffmpeg), reserves them on
-the trees that hold them (janitor.jobs.writes; through the daemon's socket when it runs, else
-through the ledger directly), then runs the real ffmpeg under the same supervision as
-``janitor exec`` (janitor.jobs.supervise): stopped when its reservation is put at risk or its
-output outgrows the reservation, and never outliving the guard. Arguments, stdin, stdout, stderr
-and the exit status are ffmpeg's own; signals sent to the guard reach ffmpeg.
+the trees that hold them (janitor.jobs.writes; through the daemon's socket when it runs, with
+janitor.jobs.daemon_client, else through the ledger directly), then runs the real ffmpeg under
+the same supervision as ``janitor exec`` (janitor.jobs.supervise): stopped when its reservation
+is put at risk or its output outgrows the reservation, and never outliving the guard.
+Arguments, stdin, stdout, stderr and the exit status are ffmpeg's own; signals sent to the guard
+reach ffmpeg.
 
 A call it cannot estimate (video, compressed outputs, ``-f null``, pipes, unknown options) or
 whose outputs lie on no managed volume is handed to the real ffmpeg with ``exec``: the guard never
@@ -28,7 +29,9 @@ import os
 import sys
 import time
 
-# Loaded with the package already (janitor.errors prints sizes with it): costs nothing more.
+from janitor.errors import NeverFits, ReservationRefused
+
+# Loaded with janitor.errors already (it prints sizes with it): costs nothing more.
 from janitor.humanize import format_duration, format_size
 
 TYPE_CHECKING = False
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from janitor.jobs.daemon_client import DaemonClient
+    from janitor.jobs.held import WriteSession, Written
     from janitor.jobs.supervise import Supervised
 
 __all__ = [
@@ -76,15 +81,6 @@ INFO_OPTIONS = frozenset(
 
 class GuardError(Exception):
     """The guard cannot do its part; the call then runs unguarded (never a broken ffmpeg)."""
-
-
-class Refused(Exception):
-    """A write does not fit: the refusal's numbers, as the daemon or the library gave them."""
-
-    def __init__(self, output: str, numbers: dict[str, Any]) -> None:
-        super().__init__(output)
-        self.output = output
-        self.numbers = numbers
 
 
 def asks_only_for_information(args: Sequence[str]) -> bool:
@@ -135,224 +131,7 @@ def find_real_ffmpeg(env: dict[str, str] | None = None, me: str | None = None) -
     )
 
 
-# -- the daemon, over its socket -------------------------------------------------------------------
-
-
-class _Daemon:
-    """A minimal HTTP/1.1 client on the daemon's Unix socket: one connection, JSON bodies.
-
-    Hand-written on purpose, on ``_socket`` with a small JSON reader: socket (enum, selectors),
-    json (re) and http.client would cost the guard more start-up than the whole request takes.
-    """
-
-    def __init__(self, path: str, timeout: float = 120.0) -> None:
-        self.path = path
-        self.timeout = timeout
-        self._connect()
-
-    def _connect(self) -> None:
-        import _socket
-
-        self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        try:
-            self.sock.connect(self.path)
-        except OSError:
-            self.sock.close()
-            raise
-        self._buf = b""
-        self._unread = 0
-
-    def send(self, method: str, url: str, body: Any = None) -> None:
-        """Send a request without waiting for its answer (read, and dropped, by the next call)."""
-        data = b"" if body is None else _dumps(body).encode()
-        head = (
-            f"{method} {url} HTTP/1.1\r\nhost: janitor\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(data)}\r\n\r\n"
-        ).encode()
-        self.sock.sendall(head + data)
-        self._unread += 1
-
-    def call(self, method: str, url: str, body: Any = None) -> tuple[int, Any]:
-        try:
-            self.send(method, url, body)
-            while self._unread > 1:
-                self._response()
-            status, payload = self._response()
-        except OSError:
-            # The daemon closes an idle connection (keep-alive ends) while a long ffmpeg runs:
-            # ask again on a new one. Only reads and idempotent ends come this late.
-            self.close()
-            self._connect()
-            self.send(method, url, body)
-            status, payload = self._response()
-        return status, _loads(payload) if payload else None
-
-    def _response(self) -> tuple[int, bytes]:
-        while b"\r\n\r\n" not in self._buf:
-            self._recv()
-        header, _, self._buf = self._buf.partition(b"\r\n\r\n")
-        lines = header.split(b"\r\n")
-        status = int(lines[0].split()[1])
-        length = 0
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value.strip())
-        while len(self._buf) < length:
-            self._recv()
-        payload, self._buf = self._buf[:length], self._buf[length:]
-        self._unread -= 1
-        return status, payload
-
-    def _recv(self) -> None:
-        chunk = self.sock.recv(65536)
-        if not chunk:
-            raise OSError("the daemon closed the connection")
-        self._buf += chunk
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _dumps(obj: Any) -> str:
-    """JSON text of dicts, lists, strings, numbers, booleans and None."""
-    if obj is None:
-        return "null"
-    if obj is True or obj is False:
-        return "true" if obj else "false"
-    if isinstance(obj, int):
-        return int.__repr__(obj)
-    if isinstance(obj, float):
-        if obj != obj or obj in (float("inf"), float("-inf")):
-            raise ValueError(f"{obj!r} is not a JSON number")
-        return float.__repr__(obj)
-    if isinstance(obj, str):
-        out = []
-        for ch in obj:
-            if ch in '"\\':
-                out.append("\\" + ch)
-            elif ch < " ":
-                out.append(f"\\u{ord(ch):04x}")
-            elif "\ud800" <= ch <= "\udfff":  # a surrogate-escaped byte: not valid UTF-8
-                raise ValueError(f"{obj!r} is not valid text")
-            else:
-                out.append(ch)
-        return '"' + "".join(out) + '"'
-    if isinstance(obj, dict):
-        return "{" + ",".join(f"{_dumps(str(k))}:{_dumps(v)}" for k, v in obj.items()) + "}"
-    if isinstance(obj, list | tuple):
-        return "[" + ",".join(_dumps(v) for v in obj) + "]"
-    raise TypeError(f"cannot write {type(obj).__name__} as JSON")
-
-
-_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-
-
-def _loads(data: bytes) -> Any:
-    """The value of a JSON document (what the daemon answers), read without ``json``/``re``."""
-    text = data.decode()
-    try:
-        value, end = _value(text, _skip(text, 0))
-    except (IndexError, KeyError):
-        raise ValueError("truncated or broken JSON") from None
-    if _skip(text, end) != len(text):
-        raise ValueError("trailing data after JSON")
-    return value
-
-
-def _skip(text: str, i: int) -> int:
-    while i < len(text) and text[i] in " \t\r\n":
-        i += 1
-    return i
-
-
-def _value(text: str, i: int) -> tuple[Any, int]:
-    ch = text[i]
-    if ch == "{":
-        obj: dict[str, Any] = {}
-        i = _skip(text, i + 1)
-        if text[i] == "}":
-            return obj, i + 1
-        while True:
-            key, i = _value(text, i)
-            i = _skip(text, i)
-            if text[i] != ":":
-                raise ValueError(f"expected ':' at {i}")
-            obj[key], i = _value(text, _skip(text, i + 1))
-            i = _skip(text, i)
-            if text[i] == "}":
-                return obj, i + 1
-            if text[i] != ",":
-                raise ValueError(f"expected ',' at {i}")
-            i = _skip(text, i + 1)
-    if ch == "[":
-        arr: list[Any] = []
-        i = _skip(text, i + 1)
-        if text[i] == "]":
-            return arr, i + 1
-        while True:
-            item, i = _value(text, i)
-            arr.append(item)
-            i = _skip(text, i)
-            if text[i] == "]":
-                return arr, i + 1
-            if text[i] != ",":
-                raise ValueError(f"expected ',' at {i}")
-            i = _skip(text, i + 1)
-    if ch == '"':
-        out = []
-        i += 1
-        while True:
-            j = i
-            while text[j] not in '"\\':
-                j += 1
-            out.append(text[i:j])
-            if text[j] == '"':
-                return "".join(out), j + 1
-            esc = text[j + 1]
-            if esc == "u":
-                code = int(text[j + 2 : j + 6], 16)
-                i = j + 6
-                if 0xD800 <= code < 0xDC00 and text[i : i + 2] == "\\u":
-                    low = int(text[i + 2 : i + 6], 16)
-                    if 0xDC00 <= low < 0xE000:
-                        code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
-                        i += 6
-                out.append(chr(code))
-            else:
-                out.append(_ESCAPES[esc])
-                i = j + 2
-    for word, val in (("true", True), ("false", False), ("null", None)):
-        if text.startswith(word, i):
-            return val, i + len(word)
-    j = i
-    while j < len(text) and text[j] in "+-0123456789.eE":
-        j += 1
-    number = text[i:j]
-    if not number:
-        raise ValueError(f"unexpected {ch!r} at {i}")
-    return (float(number) if any(c in number for c in ".eE") else int(number)), j
-
-
 # -- the two ways to hold a call's writes ----------------------------------------------------------
-
-
-class Held:
-    """One write held for the call: its reservation, the output, the bytes the output may
-    reach, the floor of its volume, and whether it is its job's working set (``pooled``: it
-    stays when the call ends)."""
-
-    __slots__ = ("allowed", "floor", "output", "pooled", "reservation")
-
-    def __init__(
-        self, reservation: str, output: str, allowed: int, floor: int, pooled: bool
-    ) -> None:
-        self.reservation = reservation
-        self.output = output
-        self.allowed = allowed
-        self.floor = floor
-        self.pooled = pooled
 
 
 class Stopped(Exception):
@@ -360,21 +139,15 @@ class Stopped(Exception):
 
 
 class _Hold:
-    """Reservations (and pins) held for one call, through the daemon or the library."""
+    """What one call holds (its :class:`~janitor.jobs.held.WriteSession`: reservations and
+    pins), through the daemon or the library, and the call's job label and ``janitor run`` id,
+    for the log's ``wrote`` lines."""
 
     #: "daemon" or "ledger": who decided
     via: str
-    writes: list[Held]
-    pins: list[str]
-    unguarded: list[str]
-    waited_s: float
-    #: The call's job label and ``janitor run`` id, for the log's ``wrote`` lines.
-    labels: dict[str, Any]
-
-    @property
-    def own(self) -> list[str]:
-        """The reservations that end with the call (not a job's working set)."""
-        return [h.reservation for h in self.writes if not h.pooled]
+    session: WriteSession
+    job: str | None
+    run: str | None
 
     def cover(self, pid: int) -> None:
         raise NotImplementedError
@@ -382,28 +155,20 @@ class _Hold:
     def at_risk(self, rid: str) -> str | None:
         raise NotImplementedError
 
-    def release(self, written: list[dict[str, Any]] | None = None) -> None:
-        """End what the call alone held; ``written`` (``{"path", "bytes"}`` per output) goes
-        in the ledger's log for ``janitor run``'s summary."""
+    def release(self, written: Sequence[Written] = ()) -> None:
+        """End what the call alone held; ``written`` (what ffmpeg left at each output) goes in
+        the ledger's log for ``janitor run``'s summary."""
         raise NotImplementedError
-
-
-def _unpack(hold: _Hold, session: dict[str, Any]) -> None:
-    hold.writes = [
-        Held(r["id"], r["output"], r["bytes"], r["floor"], bool(r.get("pooled")))
-        for r in session["reservations"]
-    ]
-    hold.pins = [p if isinstance(p, str) else p["id"] for p in session.get("pins", ())]
-    hold.unguarded = list(session.get("unguarded", ()))
-    hold.waited_s = float(session.get("waited_s") or 0.0)
 
 
 class _DaemonHold(_Hold):
     via = "daemon"
 
-    def __init__(self, daemon: _Daemon, request: dict[str, Any], log_dir: str | None) -> None:
+    def __init__(self, daemon: DaemonClient, request: dict[str, Any], log_dir: str | None) -> None:
+        from janitor.jobs.held import WriteSession
+
         self.daemon = daemon
-        self.labels = {"job": request.get("job"), "run": request.get("run")}
+        self.job, self.run = request.get("job"), request.get("run")
         status, body = daemon.call("POST", "/v1/guard", request)
         if status == 202 and isinstance(body, dict) and body.get("ticket"):
             # Queued: say so once, then wait in turn (the daemon answers when admitted).
@@ -418,25 +183,32 @@ class _DaemonHold(_Hold):
         if status == 507 and isinstance(body, dict) and body.get("error") == "at_risk":
             raise Stopped(body.get("message", "its job is at risk"))
         if status == 507 and isinstance(body, dict) and body.get("error") in _REFUSALS:
-            raise Refused(body.get("output") or "", body)
+            raise ReservationRefused.from_dict(body)
         if status != 200:
             said = body.get("message") if isinstance(body, dict) else None
             raise GuardError(f"the daemon answered {status}: {said or body}")
-        _unpack(self, body)
+        self.session = WriteSession.from_wire(body)
 
     def cover(self, pid: int) -> None:
         # not waited for: the guard owns the reservation too, and ffmpeg dies with the guard
-        for rid in self.own:
+        for rid in self.session.own:
             self.daemon.send("POST", f"/v1/reservations/{rid}/cover", {"pid": pid})
 
     def at_risk(self, rid: str) -> str | None:
         status, body = self.daemon.call("GET", f"/v1/reservations/{rid}")
         return body.get("at_risk") if status == 200 and isinstance(body, dict) else None
 
-    def release(self, written: list[dict[str, Any]] | None = None) -> None:
-        if self.own or self.pins or written:
-            body = {"reservations": self.own, "pins": self.pins, "written": written or []}
-            self.daemon.call("POST", "/v1/guard/release", {**body, **self.labels})
+    def release(self, written: Sequence[Written] = ()) -> None:
+        own, pins = self.session.own, self.session.pins
+        if own or pins or written:
+            body = {
+                "reservations": list(own),
+                "pins": list(pins),
+                "written": [w.as_dict() for w in written],
+                "job": self.job,
+                "run": self.run,
+            }
+            self.daemon.call("POST", "/v1/guard/release", body)
 
 
 #: The ``error`` of a 507 answer that refuses a call (the numbers say why).
@@ -444,13 +216,14 @@ _REFUSALS = ("refused", "never_fits")
 
 
 class _LibraryHold(_Hold):
-    """No daemon: the ledger directly, as ``janitor reserve`` does (slower to start)."""
+    """No daemon: the ledger directly, as ``janitor reserve`` does (slower to start); the
+    session :func:`~janitor.jobs.writes.open_writes` gives is held as it is."""
 
     via = "ledger"
 
     def __init__(self, request: dict[str, Any], log_dir: str | None) -> None:
         from janitor.core import Janitor
-        from janitor.errors import JanitorError, ReservationRefused, SpaceRisk
+        from janitor.errors import JanitorError, SpaceRisk
         from janitor.jobs.writes import CallRequest, open_writes
 
         def waiting(message: str) -> None:
@@ -459,19 +232,17 @@ class _LibraryHold(_Hold):
 
         try:
             self.jan = Janitor.from_settings()
-            session = open_writes(self.jan, CallRequest.from_wire(request), on_wait=waiting)
-        except ReservationRefused as exc:
-            raise Refused(exc.output or "", exc.as_dict()) from None
+            self.session = open_writes(self.jan, CallRequest.from_wire(request), on_wait=waiting)
+        except ReservationRefused:
+            raise
         except SpaceRisk as exc:
             raise Stopped(exc.reason) from None
         except (JanitorError, OSError) as exc:
             raise GuardError(str(exc)) from None
-        self.session = session
-        self.labels = {"job": request.get("job"), "run": request.get("run")}
-        _unpack(self, session.as_dict())
+        self.job, self.run = request.get("job"), request.get("run")
 
     def cover(self, pid: int) -> None:
-        for rid in self.own:
+        for rid in self.session.own:
             self.jan.cover(rid, pid)
 
     def at_risk(self, rid: str) -> str | None:
@@ -483,11 +254,11 @@ class _LibraryHold(_Hold):
             return exc.reason
         return None
 
-    def release(self, written: list[dict[str, Any]] | None = None) -> None:
-        from janitor.jobs.writes import Written, close
+    def release(self, written: Sequence[Written] = ()) -> None:
+        from janitor.jobs.writes import close_writes
 
-        outputs = [Written.from_wire(w) for w in written or ()]
-        close(self.jan, self.own, self.pins, outputs, **self.labels)
+        session = self.session
+        close_writes(self.jan, session.own, session.pins, written, job=self.job, run=self.run)
         self.jan.ledger.close()
 
 
@@ -527,30 +298,27 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def refusal_line(output: str, n: dict[str, Any]) -> str:
+def refusal_line(refused: ReservationRefused) -> str:
     """The line a refused call prints: the output, the bytes, the volume and its numbers, and
     what to do."""
-    free, floor, reserved = n.get("free", 0), n.get("floor", 0), n.get("reserved", 0)
-    short = n.get("shortfall", 0)
-    evicted = n.get("evicted", 0)
-    volume = n.get("volume", "?")
-    head = f"refused to write {output} ({format_size(n.get('requested', 0))}) on volume {volume}: "
-    if n.get("error") == "never_fits":
+    free, floor, reserved = refused.free, refused.floor, refused.reserved
+    output, volume = refused.output or "", refused.volume
+    head = f"refused to write {output} ({format_size(refused.requested)}) on volume {volume}: "
+    if isinstance(refused, NeverFits):
         return (
-            head + f"it can never fit there: capacity {format_size(n.get('capacity', 0))}, "
-            f"floor {format_size(floor)}, {format_size(n.get('held', 0))} held by files outside "
-            f"every reservation and cache leave at most {format_size(n.get('most', 0))} even "
+            head + f"it can never fit there: capacity {format_size(refused.capacity)}, "
+            f"floor {format_size(floor)}, {format_size(refused.held)} held by files outside "
+            f"every reservation and cache leave at most {format_size(refused.most)} even "
             f"once every job ends. Free space on {volume} or use a bigger disk; ffmpeg did not run"
         )
-    queued = n.get("queued", 0)
+    queued, evicted, waited = refused.queued, refused.evicted, refused.waited_s
     ahead = f", {format_size(queued)} wanted by jobs waiting ahead" if queued else ""
     after = f" (after evicting {format_size(evicted)} of cache)" if evicted else ""
-    waited = n.get("waited_s", 0)
     after += f" (after waiting {format_duration(waited)} for room)" if waited else ""
     return (
         head + f"{format_size(free)} free, floor {format_size(floor)}, {format_size(reserved)} "
-        f"reserved by others{ahead}, short by {format_size(short)}{after}. Free space on "
-        f"{volume} (`janitor status` shows who holds it) and retry; ffmpeg did not run"
+        f"reserved by others{ahead}, short by {format_size(refused.shortfall)}{after}. Free "
+        f"space on {volume} (`janitor status` shows who holds it) and retry; ffmpeg did not run"
     )
 
 
@@ -569,9 +337,11 @@ def _remove_output(path: str, before: tuple[int, int] | None) -> bool:
     return True
 
 
-def _written(before: dict[str, tuple[int, int] | None]) -> list[dict[str, Any]]:
+def _written(before: dict[str, tuple[int, int] | None]) -> list[Written]:
     """What ffmpeg left at each output (a partial file too), leaving out a file it did not
     touch: ``janitor run`` sums these up as what the run wrote."""
+    from janitor.jobs.held import Written
+
     out = []
     for path, was in before.items():
         try:
@@ -579,7 +349,7 @@ def _written(before: dict[str, tuple[int, int] | None]) -> list[dict[str, Any]]:
         except OSError:
             continue
         if (st.st_ino, st.st_mtime_ns) != was:
-            out.append({"path": path, "bytes": st.st_size})
+            out.append(Written(path, st.st_size))
     return out
 
 
@@ -596,7 +366,7 @@ def _watch(child: Supervised, hold: _Hold) -> str | None:
     reservation), else None."""
     checked = 0.0
     while child.wait(POLL_S) is None:
-        for held in hold.writes:
+        for held in hold.session.writes:
             rid, output, nbytes, floor = held.reservation, held.output, held.allowed, held.floor
             try:
                 written = os.stat(output).st_blocks * 512
@@ -684,9 +454,9 @@ def main(
     request["wait_s"] = _wait_s(wait_s)
     try:
         hold = _hold(request, socket_path, log_dir)
-    except Refused as exc:
-        _say(refusal_line(exc.output, exc.numbers))
-        _log(log_dir, f"refused: {refusal_line(exc.output, exc.numbers)}")
+    except ReservationRefused as exc:
+        _say(refusal_line(exc))
+        _log(log_dir, f"refused: {refusal_line(exc)}")
         return EXIT_REFUSED
     except Stopped as exc:
         line = f"stopped before ffmpeg ran: {exc}. Free space there and retry"
@@ -696,19 +466,19 @@ def main(
     except Exception as exc:  # a broken ledger, a confused daemon: run unguarded, say so
         _log(log_dir, f"unguarded (cannot reserve: {exc}): ffmpeg {' '.join(args)}")
         return _exec(real, args)
-    if not hold.writes:
+    if not hold.session.writes:
         hold.release()
         _log(log_dir, "unguarded (no managed volume): ffmpeg " + " ".join(args), debug=True)
         return _exec(real, args)
     _log(
         log_dir,
         f"reserved through the {hold.via}"
-        + (f" after waiting {hold.waited_s:.1f} s" if hold.waited_s else "")
+        + (f" after waiting {hold.session.waited_s:.1f} s" if hold.session.waited_s else "")
         + ": "
         + ", ".join(
             f"{format_size(h.allowed)} for {h.output} ({h.reservation}"
             + (", the job's working set)" if h.pooled else ")")
-            for h in hold.writes
+            for h in hold.session.writes
         ),
     )
     return _run(real, args, hold, log_dir)
@@ -765,14 +535,16 @@ def _hold(request: dict[str, Any], socket_path: str | None, log_dir: str | None)
     runtime = os.environ.get("JANITOR_RUNTIME_DIR")
     path = os.path.join(runtime, "janitor.sock") if runtime else socket_path
     if path:
+        from janitor.jobs.daemon_client import DaemonClient
+
         try:
-            daemon = _Daemon(path)
+            daemon = DaemonClient(path)
         except OSError:
             daemon = None
         if daemon is not None:
             try:
                 return _DaemonHold(daemon, request, log_dir)
-            except (Refused, Stopped):
+            except (ReservationRefused, Stopped):
                 daemon.close()
                 raise
             except (GuardError, OSError, ValueError) as exc:
@@ -785,7 +557,7 @@ def _hold(request: dict[str, Any], socket_path: str | None, log_dir: str | None)
 def _run(real: str, args: list[str], hold: _Hold, log_dir: str | None) -> int:
     from janitor.jobs.supervise import Supervised, forward_signals, restore_signals
 
-    before = {h.output: _identity(h.output) for h in hold.writes if h.output}
+    before = {h.output: _identity(h.output) for h in hold.session.writes if h.output}
     try:
         child, previous = forward_signals(lambda: Supervised([real, *args]))
     except OSError as exc:

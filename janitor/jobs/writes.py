@@ -16,7 +16,11 @@
    again; a job's first write that still does not fit, but would once running jobs end, takes
    a place in the volume's queue (:class:`Queued`) and :func:`wait` admits it in turn, first come
    first served; one that could never fit is refused at once (:class:`~janitor.errors.NeverFits`).
-4. :func:`close` ends what the call alone held; the job's working set and pins stay.
+4. :func:`close_writes` ends what the call alone held; the job's working set and pins stay.
+
+What a call holds and leaves (:class:`~janitor.jobs.held.WriteSession`,
+:class:`~janitor.jobs.held.Written`) lives in :mod:`janitor.jobs.held`, which the guard imports
+without this module.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from janitor.errors import (
@@ -37,6 +41,7 @@ from janitor.errors import (
     UnknownReservation,
 )
 from janitor.humanize import format_size
+from janitor.jobs.held import HeldWrite, WriteSession, Written
 
 if TYPE_CHECKING:
     from janitor.admission.jobs import JobFolder
@@ -48,13 +53,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CallRequest",
-    "HeldWrite",
     "PlannedWrite",
     "Prepared",
     "Queued",
-    "WriteSession",
-    "Written",
-    "close",
+    "close_writes",
     "grant",
     "locate",
     "open_writes",
@@ -115,68 +117,6 @@ class CallRequest:
             data.get("run"),
             float(data.get("wait_s") or 0.0),
         )
-
-
-@dataclass(frozen=True, slots=True)
-class HeldWrite:
-    """A write held for the call: the reservation behind it, the output, the bytes the output
-    may reach before the guard stops ffmpeg, the floor of its volume, and whether it is a
-    job's working set (``pooled``: it stays when the call ends)."""
-
-    reservation: str
-    output: str
-    allowed: int
-    floor: int
-    pooled: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.reservation,
-            "output": self.output,
-            "bytes": self.allowed,
-            "floor": self.floor,
-            "pooled": self.pooled,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class WriteSession:
-    """What a call holds: its writes, the pins that end with it, the outputs left unguarded,
-    the jobs it wrote into, and how long it waited for room."""
-
-    writes: tuple[HeldWrite, ...]
-    pins: tuple[str, ...] = ()
-    unguarded: tuple[str, ...] = ()
-    jobs: tuple[str, ...] = ()
-    waited_s: float = 0.0
-
-    @property
-    def own(self) -> tuple[str, ...]:
-        """The reservations that end with the call (a job's working set does not)."""
-        return tuple(w.reservation for w in self.writes if not w.pooled)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON shape of ``POST /v1/guard``'s answer."""
-        return {
-            "reservations": [w.as_dict() for w in self.writes],
-            "pins": list(self.pins),
-            "unguarded": list(self.unguarded),
-            "jobs": list(self.jobs),
-            "waited_s": self.waited_s,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Written:
-    """What a guarded call left at one output when ffmpeg ended: its path and its size in bytes
-    (as ``ls -l`` says it; a file cut short by Ctrl-C counts what it holds)."""
-
-    path: str
-    bytes: int
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> Written:
-        return cls(str(data["path"]), int(data["bytes"]))
 
 
 class Queued(Exception):
@@ -391,7 +331,7 @@ def grant(jan: Janitor, prep: Prepared, *, ticket: str | None = None) -> WriteSe
     if ticket is not None:
         raise refused  # still waiting: what the call holds stays
     if prep.first and prep.request.wait_s > 0:
-        raise _queue(jan, prep, refused, short.needs)
+        raise _queue(jan, prep, refused, short)
     _give_back(jan, prep)
     raise refused
 
@@ -566,26 +506,23 @@ def _give_back(jan: Janitor, prep: Prepared) -> None:
 # -- 3. room, then a turn --------------------------------------------------------------------------
 
 
-def _queue(
-    jan: Janitor, prep: Prepared, refused: ReservationRefused, needs: dict[int, int]
-) -> Exception:
-    """Queue a refused first write, or say it never fits (refused at once)."""
+def _queue(jan: Janitor, prep: Prepared, refused: ReservationRefused, short: _Short) -> Exception:
+    """Queue a refused first write, or say it never fits (refused at once): NeverFits takes its
+    numbers from the decision that refused, asking for all the call wants on the volume."""
     from janitor.admission.jobs import capacity
     from janitor.admission.volume import Volume
 
     tp = jan.policy.tree(refused.tree)
     vol = Volume.at(jan.policy, tp.path)
-    need = needs.get(vol.device, refused.requested)
+    need = short.needs.get(vol.device, refused.requested)
     with jan.ledger.read() as tx:
         own = [tx.jobs.get(j) for j in set(prep.jobs.values())]
         kept = frozenset(s.source for j in own if j is not None for s in j.sources if s.pin)
         cap = capacity(tx, jan.policy, vol, kept=kept)
     if need > cap.most:
         _give_back(jan, prep)
-        return NeverFits(
-            refused.tree, need, refused.free, refused.floor, refused.reserved, refused.volume,
-            refused.evicted, output=refused.output, capacity=cap.total, held=cap.held,
-        )  # fmt: skip
+        whole = replace(short.decision, requested=need, queued=0)
+        return NeverFits(whole, output=refused.output, capacity=cap.total, held=cap.held)
     req = prep.request
     what = refused.output or "?"
 
@@ -669,9 +606,8 @@ def log_refuse_error(tx: Tx, exc: ReservationRefused, job: str | None, ts: float
 
 
 def _waited(exc: ReservationRefused, seconds: float) -> ReservationRefused:
-    state = exc.__getstate__()
-    state["waited_s"] = seconds
-    return type(exc)(**state)
+    """The same refusal, after ``seconds`` of waiting for room."""
+    return ReservationRefused.from_dict({**exc.as_dict(), "waited_s": seconds})
 
 
 def open_writes(
@@ -691,7 +627,7 @@ def open_writes(
 # -- 4. the end of a call ------------------------------------------------------------------------
 
 
-def close(
+def close_writes(
     jan: Janitor,
     reservations: Sequence[str],
     pins: Sequence[str],
