@@ -25,7 +25,8 @@ TYPE_CHECKING = False  # not typing's: the guarded ffmpeg imports this package o
 if TYPE_CHECKING:
     from typing import Any
 
-    from janitor.admission.reserve import Admission, RiskDecision
+    from janitor.admission.reserve import Admission
+    from janitor.admission.risk import RiskDecision
     from janitor.admission.volume import Volume
     from janitor.cleanup.sweep import SweepResult
     from janitor.config.settings import Settings
@@ -69,7 +70,7 @@ __all__ = [
 _LAZY = {
     "Janitor": "janitor.core",
     "Admission": "janitor.admission.reserve",
-    "RiskDecision": "janitor.admission.reserve",
+    "RiskDecision": "janitor.admission.risk",
     "Volume": "janitor.admission.volume",
     "SweepResult": "janitor.cleanup.sweep",
     "Settings": "janitor.config.settings",

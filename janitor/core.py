@@ -19,21 +19,19 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from janitor.admission.jobs import JobEnd, folder_is, reap_jobs, reap_waiters
 from janitor.admission.reserve import (
     Admission,
-    RiskDecision,
     admit,
-    assess_risk,
     cover_reservation,
     end_reservation,
     get_reservation,
     grow_reservation,
     live_reservations,
-    measure,
     reap,
     renew_reservation,
     resolve_path,
     tree_on,
 )
-from janitor.admission.volume import Volume
+from janitor.admission.risk import RiskDecision, assess_risk
+from janitor.admission.volume import Volume, measure
 from janitor.config.policy import Policy, load_policy
 from janitor.config.settings import Settings
 from janitor.errors import ConfigError, SpaceRisk

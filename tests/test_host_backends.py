@@ -93,6 +93,33 @@ def test_a_zombie_is_dead_to_every_backend() -> None:
         proc.wait()
 
 
+def test_still_alive_answers_as_alive_for_a_process_asked_about_again_and_again() -> None:
+    """``still_alive`` (what admission asks of every live owner: a pidfd once seen alive, on
+    Linux) says what ``alive`` says: alive while the child runs, dead as a zombie nobody has
+    reaped yet and once reaped, and dead for a recorded start that is not the child's."""
+    import psutil
+
+    backends = backends_processes()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = psutil.Process(proc.pid).create_time()
+        for b in backends:
+            for _ in range(3):  # the first ask opens the watch, the later ones poll it
+                assert b.still_alive(proc.pid, start), type(b).__name__
+            assert not b.still_alive(proc.pid, start - 10), type(b).__name__  # a reused pid
+            assert b.still_alive(proc.pid, None), type(b).__name__
+        proc.kill()
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # a zombie: its pid exists
+        for b in backends:
+            assert not b.still_alive(proc.pid, start), type(b).__name__
+            assert not b.still_alive(proc.pid, start), type(b).__name__  # asked again
+    finally:
+        proc.kill()
+        proc.wait()
+    for b in backends:
+        assert not b.still_alive(proc.pid, start), type(b).__name__
+
+
 def test_every_backend_sees_a_file_another_process_holds_open(
     sleeper: subprocess.Popen[bytes], tmp_path: Path
 ) -> None:

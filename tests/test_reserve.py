@@ -583,7 +583,7 @@ def test_an_owner_dying_mid_admission_is_never_half_counted(
     """The race the many-process test can hit at random, made to happen every time.
 
     A real owner process is SIGKILLed right after admission's reaper has found it alive (the
-    wrapper below calls the real ``is_alive`` and only adds the kill at that moment). The
+    wrapper below calls the real ``still_alive`` and only adds the kill at that moment). The
     ledger must then either count its reservation in this decision or record it dead before
     granting: replaying the log must never show more outstanding than free - floor.
 
@@ -596,18 +596,18 @@ def test_an_owner_dying_mid_admission_is_never_half_counted(
     vol = managed_volume("64m", floor="8MiB")
     jan = vol.janitor()
     victim = holder(vol.policy, "t", 50 * MiB)  # 6 MiB of headroom left
-    real_is_alive = janitor.admission.reserve.is_alive
+    real_still_alive = janitor.admission.reserve.still_alive
     killed: list[int] = []
 
-    def is_alive_then_die(pid: int, start: float | None) -> bool:
-        alive = real_is_alive(pid, start)
+    def still_alive_then_die(pid: int, start: float | None) -> bool:
+        alive = real_still_alive(pid, start)
         if pid == victim.pid and alive and not killed:
             os.kill(pid, signal.SIGKILL)
             victim.proc.wait(timeout=30)
             killed.append(pid)
         return alive
 
-    monkeypatch.setattr(janitor.admission.reserve, "is_alive", is_alive_then_die)
+    monkeypatch.setattr(janitor.admission.reserve, "still_alive", still_alive_then_die)
     try:
         jan.reserve("t", 20 * MiB)  # fits only without the victim's 50 MiB
     except ReservationRefused:

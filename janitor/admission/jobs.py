@@ -28,7 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from janitor.admission.reserve import end_logged, live_reservations, owner_alive, owners_alive
+from janitor.admission.reserve import end_logged, live_reservations, owners_alive
+from janitor.host.owner import still_alive
 from janitor.host.space import allocated_size
 from janitor.ledger.jobs import JobInfo, SourceInfo, Writer, new_job_id
 
@@ -94,7 +95,7 @@ def job_folder(policy: Policy, tree: str, path: str) -> JobFolder | None:
 
 def writer_alive(writer: Writer) -> bool:
     """True while the writer runs (the same process: its start time is checked)."""
-    return owner_alive(writer.pid, writer.start)
+    return still_alive(writer.pid, writer.start)
 
 
 def folder_is(job: JobInfo) -> bool:
@@ -212,7 +213,7 @@ def queued_ahead(tx: Tx, device: int, me: str | None) -> int:
     for w in tx.waiters.on(device):
         if w.id == me:
             return total
-        if not owner_alive(w.owner_pid, w.owner_start):
+        if not still_alive(w.owner_pid, w.owner_start):
             tx.waiters.remove(w.id)
             continue
         total += w.bytes
@@ -221,7 +222,7 @@ def queued_ahead(tx: Tx, device: int, me: str | None) -> int:
 
 def reap_waiters(tx: Tx) -> int:
     """Take off the queues the places of processes that died while waiting; how many."""
-    gone = [w.id for w in tx.waiters.all() if not owner_alive(w.owner_pid, w.owner_start)]
+    gone = [w.id for w in tx.waiters.all() if not still_alive(w.owner_pid, w.owner_start)]
     for waiter_id in gone:
         tx.waiters.remove(waiter_id)
     return len(gone)

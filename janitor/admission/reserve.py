@@ -6,28 +6,24 @@ A reservation is granted inside one ledger write transaction when::
 
 where a reservation's outstanding part is its bytes minus what its path already holds (never
 below zero; no path counts in full). Reservations whose owner died or whose TTL passed are
-ended first, at every admission, so no daemon is needed for them to stop counting.
+ended first, at every admission, so no daemon is needed for them to stop counting. The volume's
+numbers come from ``janitor.admission.volume`` (``read_volume``), whether an owner still runs
+from ``janitor.host.owner`` (``still_alive``); every log line admission writes goes through
+:func:`log_row`.
 """
 
 from __future__ import annotations
 
 import os
-import select
-import threading
 import time
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-from janitor.admission.risk import Claim, choose_at_risk, stop_deficit
-from janitor.admission.volume import Level, Volume, level_of
+from janitor.admission.volume import Level, known_device, level_of, read_volume
 from janitor.errors import ConfigError, ReservationRefused, UnknownReservation
-from janitor.host.fastpaths import LINUX
-from janitor.host.owner import is_alive
-from janitor.host.space import allocated_size, existing_ancestor
+from janitor.host.owner import still_alive
 from janitor.ledger.paths import py_path
 from janitor.ledger.reservations import ReservationInfo, new_id, outstanding
-from janitor.sizes import format_size
 
 if TYPE_CHECKING:
     from janitor.config.policy import Policy, TreePolicy
@@ -35,19 +31,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Admission",
-    "Reading",
-    "RiskDecision",
     "admit",
-    "assess_risk",
     "cover_reservation",
     "end_logged",
     "end_reservation",
+    "get_reservation",
     "grow_reservation",
     "live_reservations",
     "log_refuse",
-    "owner_alive",
+    "log_row",
     "owners_alive",
-    "read_volume",
+    "read_volume",  # where it used to live: janitor.jobs.writes imports it from here
     "reap",
     "renew_reservation",
     "resolve_path",
@@ -152,86 +146,13 @@ def reap(tx: Tx, now: float) -> list[ReservationInfo]:
     return _reap_and_sum(tx, now, None)[0]
 
 
-class _OwnerWatch:
-    """Whether owner processes live, cheap enough to ask for every live reservation under the
-    writer lock.
-
-    The first time an owner ``(pid, start)`` is seen, ``is_alive`` checks it the full way (the
-    pid runs, is no zombie, and started at ``start``) and, on Linux, a pidfd is opened on it.
-    A pidfd names that very process, never a later one with its pid, and polls readable once
-    it has exited (a zombie included), so every later check is one ``poll(0)``, not an open,
-    read and parse of ``/proc/PID/stat``. A few hundred owners are watched at most (the oldest
-    first seen is dropped); past that, or where pidfds are missing, each check is
-    ``is_alive``. Shared by the threads of a process; a forked child starts afresh.
-    """
-
-    _LIMIT = 256
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._pid = os.getpid()
-        self._polls: dict[tuple[int, float], tuple[int, select.poll]] = {}
-        self._enabled = LINUX and hasattr(os, "pidfd_open") and hasattr(select, "poll")
-
-    def alive(self, pid: int, start: float | None) -> bool:
-        if not self._enabled or start is None or start < 0 or pid <= 0:
-            return is_alive(pid, start)
-        key = (pid, start)
-        with self._guard:
-            if self._pid != os.getpid():  # a forked child: its copies of our pidfds are its own
-                self._forget()
-                self._pid = os.getpid()
-            watched = self._polls.get(key)
-            if watched is not None:
-                if not watched[1].poll(0):
-                    return True
-                del self._polls[key]
-                os.close(watched[0])
-                return False
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            return is_alive(pid, start)  # no such process (dead), not a leader, no pidfds ...
-        # Opened first, checked second: if the pid changed hands in between, the check
-        # sees the newcomer's start time and says dead, whichever process the pidfd names.
-        try:
-            if not is_alive(pid, start):
-                os.close(fd)
-                return False
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-        except BaseException:
-            os.close(fd)
-            raise
-        with self._guard:
-            if self._pid != os.getpid() or key in self._polls:
-                os.close(fd)  # another thread watched it first, or we forked meanwhile
-                return True
-            self._polls[key] = (fd, poller)
-            if len(self._polls) > self._LIMIT:
-                oldest = next(iter(self._polls))
-                os.close(self._polls.pop(oldest)[0])
-        return True
-
-    def _forget(self) -> None:
-        for fd, _ in self._polls.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._polls.clear()
-
-
-_owners = _OwnerWatch()
-
-
 def _reap_and_sum(tx: Tx, now: float, device: int | None) -> tuple[list[ReservationInfo], int]:
     """One pass over the live reservations, inside the caller's write transaction.
 
     Ends those whose TTL passed or whose owner died and sums the outstanding bytes of the rest
     on ``device``. Admission runs this under the writer lock, so it reads only the columns it
     needs, builds a value only for the rare row it ends, and asks about each owner once, the
-    cheap way (_OwnerWatch).
+    cheap way (``still_alive``).
     """
     ending: list[tuple[str, str]] = []
     reserved = 0
@@ -250,7 +171,7 @@ def _reap_and_sum(tx: Tx, now: float, device: int | None) -> tuple[list[Reservat
             for w in tx.jobs.writers(job_id):
                 key = (w.pid, w.start)
                 if key not in alive:
-                    alive[key] = _owners.alive(w.pid, w.start)
+                    alive[key] = still_alive(w.pid, w.start)
                 if alive[key]:
                     runs = True
                     break
@@ -262,12 +183,12 @@ def _reap_and_sum(tx: Tx, now: float, device: int | None) -> tuple[list[Reservat
         owner = (pid, start)
         ok = alive.get(owner)
         if ok is None:
-            ok = alive[owner] = _owners.alive(pid, start)
+            ok = alive[owner] = still_alive(pid, start)
         if not ok and cpid is not None:
             command = (cpid, cstart)
             ok = alive.get(command)
             if ok is None:
-                ok = alive[command] = _owners.alive(cpid, cstart)
+                ok = alive[command] = still_alive(cpid, cstart)
         if not ok:
             ending.append((rid, "dead"))
         elif dev == device:
@@ -291,29 +212,50 @@ def end_logged(
 ) -> ReservationInfo:
     """End a live reservation as ``state`` (released, expired, dead) with its log line."""
     tx.reservations.end(info.id, state, now)
-    tx.log.add(
-        "release" if state == "released" else state,
-        tree=info.tree,
-        device=info.device,
-        reservation=info.id,
-        nbytes=info.bytes,
-        path=info.path,
-        ts=now,
-        **detail,
-    )
+    log_row(tx, "release" if state == "released" else state, now, info, **detail)
     return replace(info, state=state, ended=now)
 
 
-def owner_alive(pid: int, start: float | None) -> bool:
-    """Whether process ``pid`` (started at ``start``) runs, the cheap way (_OwnerWatch)."""
-    return _owners.alive(pid, start)
+def log_row(
+    tx: Tx,
+    event: str,
+    now: float,
+    info: ReservationInfo | None = None,
+    decision: Admission | None = None,
+    **detail: Any,
+) -> None:
+    """Append one line to the ledger's log, stamped ``now``: the tree, volume, id, bytes and
+    path of reservation ``info``; the tree, volume and numbers (free, floor, reserved) of
+    ``decision``, and its bytes requested when there is no ``info``; then ``detail``, which
+    wins over both."""
+    row: dict[str, Any] = {}
+    if info is not None:
+        row.update(
+            tree=info.tree,
+            device=info.device,
+            reservation=info.id,
+            nbytes=info.bytes,
+            path=info.path,
+        )
+    if decision is not None:
+        row.update(
+            tree=decision.tree,
+            device=decision.device,
+            free=decision.free,
+            floor=decision.floor,
+            reserved=decision.reserved,
+        )
+        if info is None:
+            row["nbytes"] = decision.requested
+    row.update(detail)
+    tx.log.add(event, ts=now, **row)
 
 
 def owners_alive(info: ReservationInfo) -> bool:
     """True while the reservation's owner, or the command run under it, still runs."""
-    if _owners.alive(info.owner_pid, info.owner_start):
+    if still_alive(info.owner_pid, info.owner_start):
         return True
-    return info.command_pid is not None and _owners.alive(info.command_pid, info.command_start)
+    return info.command_pid is not None and still_alive(info.command_pid, info.command_start)
 
 
 def live_reservations(
@@ -338,66 +280,12 @@ def live_reservations(
             if info.path is not None and not os.path.lexists(info.path):
                 continue  # its job folder is gone: admission ends it next
             writers = tx.jobs.writers(info.job_id)
-            if check_owners and not any(_owners.alive(w.pid, w.start) for w in writers):
+            if check_owners and not any(still_alive(w.pid, w.start) for w in writers):
                 continue  # every writer of its job died
         elif check_owners and not owners_alive(info):
             continue
         out.append(replace(info, outstanding=outstanding(info.bytes, info.path)))
     return out
-
-
-def measure(policy: Policy, tree: TreePolicy) -> Volume:
-    """The tree's volume, from a fresh statvfs."""
-    return Volume.at(policy, tree.path)
-
-
-#: tree path -> (policy, folder statted, the volume as last measured): what a volume is and its
-#: numbers change only when something is mounted or resized, which changes device or size.
-_VOLUMES: dict[Path, tuple[Policy, str, Volume]] = {}
-
-
-class Reading(NamedTuple):
-    """A tree's volume as :func:`read_volume` reads it: which it is, free space now, its floors."""
-
-    device: int
-    mount: str
-    free: int
-    floor: int
-    free_low: int
-
-
-def read_volume(policy: Policy, tree: TreePolicy) -> Reading:
-    """The tree's volume and its free space now, at the cost of one statvfs and one stat while
-    nothing changed (see :func:`_measure_fast`)."""
-    return _measure_fast(policy, tree)
-
-
-def _measure_fast(policy: Policy, tree: TreePolicy) -> Reading:
-    """(device, mount, free, floor, free_low) of the tree's volume at the cost of one statvfs
-    and one stat while nothing changed.
-
-    Free space is always read afresh; the device, mount and numbers (``Volume.of``) are
-    reused while the same folder still reports the same device and size (walking up to the
-    mount point and resolving the volume's policy cost more than the statvfs).
-    """
-    known = _VOLUMES.get(tree.path)
-    if known is not None and known[0] is policy:
-        _, folder, vol = known
-        try:
-            st = os.statvfs(folder)
-            same = os.stat(folder).st_dev == vol.device and st.f_blocks * st.f_frsize == vol.total
-        except OSError:
-            same = False
-        # A missing tree is measured at its nearest existing parent, until it is created.
-        if same and (folder == str(tree.path) or str(existing_ancestor(tree.path)) == folder):
-            free = st.f_bavail * st.f_frsize
-            return Reading(vol.device, vol.mount, free, vol.floor, vol.free_low)
-    folder = str(existing_ancestor(tree.path))
-    vol = Volume.at(policy, folder)
-    if len(_VOLUMES) > 64:
-        _VOLUMES.clear()
-    _VOLUMES[tree.path] = (policy, folder, vol)
-    return Reading(vol.device, vol.mount, vol.free, vol.floor, vol.free_low)
 
 
 def admit(
@@ -426,22 +314,22 @@ def admit(
     whose working set this is (``ttl`` is then ``math.inf``: it ends with the job).
     """
     now = time.time() if now is None else now
-    known = _VOLUMES.get(tree.path)
-    device = known[2].device if known is not None and known[0] is policy else -1
-    if device == -1:
-        device = _measure_fast(policy, tree)[0]  # first admission on this tree here
+    device = known_device(policy, tree)
+    if device is None:
+        device = read_volume(policy, tree).device  # first admission on this tree here
     while True:
         _, reserved = _reap_and_sum(tx, now, device)
         # Free space is read after the reserved bytes are summed: a job writing meanwhile
         # only lowers free and raises what its reservation has written, which errs on the
         # safe side (the other order would count what it wrote as free and as still to come).
-        measured, mount, free, floor, free_low = _measure_fast(policy, tree)
-        if measured == device:
+        vol = read_volume(policy, tree)
+        if vol.device == device:
             break
-        device = measured  # its volume changed meanwhile: sum again for the new one
+        device = vol.device  # its volume changed meanwhile: sum again for the new one
     decision = Admission(
-        tree.name, mount, device, nbytes, free, floor, reserved, evicted, free_low, queued
-    )
+        tree=tree.name, volume=vol.mount, device=device, requested=nbytes, free=vol.free,
+        floor=vol.floor, reserved=reserved, evicted=evicted, free_low=vol.free_low, queued=queued,
+    )  # fmt: skip
     if not decision.fits and grant:
         if log_refusal:
             log_refuse(tx, decision, path=path, ts=now, job=job)
@@ -452,7 +340,7 @@ def admit(
         id=new_id(now),
         tree=tree.name,
         device=device,
-        volume=mount,
+        volume=vol.mount,
         bytes=nbytes,
         path=path,
         job=job,
@@ -465,17 +353,12 @@ def admit(
         job_id=job_id,
     )
     info = tx.reservations.insert(info)
-    tx.log.add(
+    log_row(
+        tx,
         "grant",
-        tree=tree.name,
-        device=device,
-        reservation=info.id,
-        nbytes=nbytes,
-        path=path,
-        ts=now,
-        free=free,
-        floor=floor,
-        reserved=reserved,
+        now,
+        info,
+        decision,
         job=job,
         owner_pid=owner_pid,
         **({"job_id": job_id} if job_id else {}),
@@ -489,19 +372,7 @@ def log_refuse(
     """The log line of a refusal, with its numbers."""
     if decision.queued:
         extra["queued"] = decision.queued
-    tx.log.add(
-        "refuse",
-        tree=decision.tree,
-        device=decision.device,
-        nbytes=decision.requested,
-        path=path,
-        ts=ts,
-        free=decision.free,
-        floor=decision.floor,
-        reserved=decision.reserved,
-        job=job,
-        **extra,
-    )
+    log_row(tx, "refuse", ts, decision=decision, path=path, job=job, **extra)
 
 
 def get_reservation(tx: Tx, rid: str) -> ReservationInfo:
@@ -535,7 +406,7 @@ def end_reservation(tx: Tx, rid: str, *, now: float | None = None) -> Reservatio
     now = time.time() if now is None else now
     released = tx.reservations.release_live(rid, now)
     if released is not None:
-        _log_release(tx, released, now)
+        log_row(tx, "release", now, released, written=released.bytes - released.outstanding)
         return released
     info = get_reservation(tx, rid)
     if info.state == "live" and info.expires <= now:
@@ -544,21 +415,8 @@ def end_reservation(tx: Tx, rid: str, *, now: float | None = None) -> Reservatio
     _require_live(info, "release")
     tx.reservations.end(rid, "released", now)
     info = replace(info, state="released", ended=now)
-    _log_release(tx, info, now)
+    log_row(tx, "release", now, info, written=info.bytes - info.outstanding)
     return info
-
-
-def _log_release(tx: Tx, info: ReservationInfo, now: float) -> None:
-    tx.log.add(
-        "release",
-        tree=info.tree,
-        device=info.device,
-        reservation=info.id,
-        nbytes=info.bytes,
-        path=info.path,
-        ts=now,
-        written=info.bytes - info.outstanding,
-    )
 
 
 def grow_reservation(
@@ -580,42 +438,26 @@ def grow_reservation(
     reap(tx, now)
     info = get_reservation(tx, rid)
     _require_live(info, "grow")
-    vol = measure(policy, tree)
-    device, mount, free, floor = vol.device, vol.mount, vol.free, vol.floor
+    vol = read_volume(policy, tree)
     others = [
-        r for r in live_reservations(tx, device=device, now=now, check_owners=False) if r.id != rid
+        r
+        for r in live_reservations(tx, device=vol.device, now=now, check_owners=False)
+        if r.id != rid
     ]
     reserved = sum(r.outstanding for r in others)
     written = info.bytes - info.outstanding
     decision = Admission(
-        tree.name, mount, device, new_bytes - written, free, floor, reserved, 0, vol.free_low
-    )
+        tree=tree.name, volume=vol.mount, device=vol.device, requested=new_bytes - written,
+        free=vol.free, floor=vol.floor, reserved=reserved, free_low=vol.free_low,
+    )  # fmt: skip
     if new_bytes > info.bytes and not decision.fits:
-        tx.log.add(
-            "refuse",
-            tree=tree.name,
-            device=device,
-            reservation=rid,
-            nbytes=new_bytes,
-            path=info.path,
-            ts=now,
-            free=free,
-            floor=floor,
-            reserved=reserved,
-            grow=True,
-        )
+        log_row(tx, "refuse", now, info, decision, nbytes=new_bytes, grow=True)
         return decision, None
     tx.reservations.set_bytes(rid, new_bytes)
-    tx.log.add(
-        "grow",
-        tree=tree.name,
-        device=device,
-        reservation=rid,
-        nbytes=new_bytes,
-        path=info.path,
-        ts=now,
+    log_row(
+        tx, "grow", now, info, tree=tree.name, device=vol.device, nbytes=new_bytes,
         previous=info.bytes,
-    )
+    )  # fmt: skip
     return decision, replace(info, bytes=new_bytes, outstanding=new_bytes - written)
 
 
@@ -627,107 +469,16 @@ def cover_reservation(tx: Tx, rid: str, pid: int, start: float | None) -> Reserv
     return replace(info, command_pid=pid, command_start=start)
 
 
-@dataclass(frozen=True, slots=True)
-class RiskDecision:
-    """One at-risk decision on a volume: the numbers, and which reservations must stop.
-
-    ``deficit`` is what the volume lacks, below its floor, to hold what running jobs still
-    write plus half the floor (janitor.admission.risk.stop_deficit); ``at_risk`` are the fewest
-    reservations whose stopping covers it (janitor.admission.risk.choose_at_risk).
-    """
-
-    device: int
-    volume: str
-    free: int
-    floor: int
-    reserved: int
-    deficit: int
-    at_risk: tuple[str, ...] = ()
-    marked: tuple[str, ...] = ()
-    cleared: tuple[str, ...] = ()
-    jobs: dict[str, str | None] = field(default_factory=dict)
-
-    @property
-    def critical(self) -> bool:
-        """True while free space is below the floor."""
-        return self.free < self.floor
-
-
-def risk_reason(decision: RiskDecision) -> str:
-    """The reason a reservation at risk carries (what ``check()`` raises and the API shows)."""
-    return (
-        f"volume {decision.volume} is critical: {format_size(decision.free)} free is below the "
-        f"floor of {format_size(decision.floor)} and running jobs still write "
-        f"{format_size(decision.reserved)}; this job is among the fewest stopped to cover the "
-        f"{format_size(decision.deficit)} missing"
-    )
-
-
-def assess_risk(
-    tx: Tx, policy: Policy, tree: TreePolicy, *, now: float | None = None
-) -> RiskDecision:
-    """Decide, inside the caller's write transaction, which reservations on ``tree``'s volume
-    must stop, and mark them (``at_risk``); clear the marks no longer needed.
-
-    It reads the numbers admission reads, the same way (reservations summed, then a fresh
-    statvfs), under the same writer lock, so a reservation is never stopped on a reading older
-    than the one that granted it. Above the floor every mark on the volume is cleared.
-    """
-    now = time.time() if now is None else now
-    device, mount, free, floor, _ = _measure_fast(policy, tree)
-    if free >= floor:
-        cleared = tx.reservations.marked_on(device)
-        if cleared:
-            tx.reservations.clear_marks_on(device)
-            for rid in cleared:
-                tx.log.add("risk-cleared", device=device, reservation=rid, ts=now)
-        return RiskDecision(device, mount, free, floor, 0, 0, (), (), cleared)
-    _reap_and_sum(tx, now, None)  # end what dead owners left, so it is neither counted nor told
-    claims = []
-    jobs: dict[str, str | None] = {}
-    for rid, nbytes, path, created, flag, job in tx.reservations.claims(device):
-        written = 0 if path is None else allocated_size(py_path(path))
-        left = max(0, nbytes - written)
-        claims.append(Claim(rid, left, created, flag is not None, written))
-        jobs[rid] = job
-    device, mount, free, floor, _ = _measure_fast(policy, tree)  # read after the sum, as admit()
-    reserved = sum(c.outstanding for c in claims)
-    deficit = stop_deficit(free, floor, reserved)
-    chosen = choose_at_risk(deficit, claims)
-    decision = RiskDecision(device, mount, free, floor, reserved, deficit, chosen, jobs=jobs)
-    flagged = {c.id for c in claims if c.at_risk}
-    marked = tuple(rid for rid in chosen if rid not in flagged)
-    cleared = tuple(sorted(flagged - set(chosen)))
-    if marked:
-        reason = risk_reason(decision)
-        for rid in marked:
-            tx.reservations.mark(rid, reason)
-            tx.log.add(
-                "at-risk",
-                device=device,
-                reservation=rid,
-                ts=now,
-                free=free,
-                floor=floor,
-                reserved=reserved,
-                deficit=deficit,
-            )
-    for rid in cleared:
-        tx.reservations.mark(rid, None)
-        tx.log.add("risk-cleared", device=device, reservation=rid, ts=now)
-    return replace(decision, marked=marked, cleared=cleared)
-
-
 def tree_on(policy: Policy, device: int) -> TreePolicy | None:
     """A tree of the policy on volume ``device`` (to measure it by), or None."""
     for tree in policy.trees.values():
-        known = _VOLUMES.get(tree.path)
-        if known is not None and known[0] is policy:
-            if known[2].device == device:
+        known = known_device(policy, tree)
+        if known is not None:
+            if known == device:
                 return tree
             continue
         try:
-            if _measure_fast(policy, tree)[0] == device:
+            if read_volume(policy, tree).device == device:
                 return tree
         except OSError:
             continue
@@ -746,5 +497,5 @@ def renew_reservation(tx: Tx, rid: str, ttl: float, *, now: float | None = None)
             "ends with its job (its folder removed, or its writer gone); nothing to renew"
         )
     tx.reservations.set_expires(rid, now + ttl)
-    tx.log.add("renew", tree=info.tree, device=info.device, reservation=rid, ts=now, ttl=ttl)
+    log_row(tx, "renew", now, tree=info.tree, device=info.device, reservation=rid, ttl=ttl)
     return replace(info, expires=now + ttl)

@@ -1,27 +1,43 @@
-"""ENOSPC risk: a smoothed fill rate from free-space samples, a forecast, and damped levels.
+"""ENOSPC risk: a smoothed fill rate from free-space samples, a forecast, damped levels, and
+which jobs stop when a volume falls below its floor.
 
 Pure functions and small state machines, fed by the daemon's samples: ``forecast`` fits the
 recent samples by least squares (weighting newer ones more), and ``LevelTracker`` turns
 readings into ``ok``/``warn``/``critical`` with hysteresis, so a volume hovering at a threshold
 does not flap: a worse level takes effect at once, a better one only after it held for
-``settle_s``.
+``settle_s``. Below the floor, ``stop_deficit`` says what stopping jobs must cover and
+``choose_at_risk`` the fewest that cover it; ``assess_risk`` applies them to the ledger's live
+reservations, inside the caller's write transaction (a ``RiskDecision``).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from janitor.admission.volume import ORDER, Forecast, Level, Reading
+from janitor.admission.reserve import log_row, reap
+from janitor.admission.volume import ORDER, Forecast, Level, Reading, read_volume
+from janitor.host.space import allocated_size
+from janitor.ledger.paths import py_path
+from janitor.sizes import format_size
+
+if TYPE_CHECKING:
+    from janitor.config.policy import Policy, TreePolicy
+    from janitor.ledger.tx import Tx
 
 __all__ = [
     "Claim",
     "LevelTracker",
+    "RiskDecision",
+    "assess_risk",
     "choose_at_risk",
     "finite",
     "forecast",
     "risk_order",
+    "risk_reason",
     "stop_deficit",
 ]
 
@@ -150,3 +166,90 @@ def choose_at_risk(deficit: int, claims: Sequence[Claim]) -> tuple[str, ...]:
         chosen.append(claim.id)
         covered += claim.frees
     return tuple(chosen)
+
+
+@dataclass(frozen=True, slots=True)
+class RiskDecision:
+    """One at-risk decision on a volume: the numbers, and which reservations must stop.
+
+    ``deficit`` is what the volume lacks, below its floor, to hold what running jobs still
+    write plus half the floor (:func:`stop_deficit`); ``at_risk`` are the fewest reservations
+    whose stopping covers it (:func:`choose_at_risk`).
+    """
+
+    device: int
+    volume: str
+    free: int
+    floor: int
+    reserved: int
+    deficit: int
+    at_risk: tuple[str, ...] = ()
+    marked: tuple[str, ...] = ()
+    cleared: tuple[str, ...] = ()
+    jobs: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def critical(self) -> bool:
+        """True while free space is below the floor."""
+        return self.free < self.floor
+
+
+def risk_reason(decision: RiskDecision) -> str:
+    """The reason a reservation at risk carries (what ``check()`` raises and the API shows)."""
+    return (
+        f"volume {decision.volume} is critical: {format_size(decision.free)} free is below the "
+        f"floor of {format_size(decision.floor)} and running jobs still write "
+        f"{format_size(decision.reserved)}; this job is among the fewest stopped to cover the "
+        f"{format_size(decision.deficit)} missing"
+    )
+
+
+def assess_risk(
+    tx: Tx, policy: Policy, tree: TreePolicy, *, now: float | None = None
+) -> RiskDecision:
+    """Decide, inside the caller's write transaction, which reservations on ``tree``'s volume
+    must stop, and mark them (``at_risk``); clear the marks no longer needed.
+
+    It reads the numbers admission reads, the same way (reservations summed, then a fresh
+    statvfs), under the same writer lock, so a reservation is never stopped on a reading older
+    than the one that granted it. Above the floor every mark on the volume is cleared.
+    """
+    now = time.time() if now is None else now
+    vol = read_volume(policy, tree)
+    if vol.free >= vol.floor:
+        cleared = tx.reservations.marked_on(vol.device)
+        if cleared:
+            tx.reservations.clear_marks_on(vol.device)
+            for rid in cleared:
+                log_row(tx, "risk-cleared", now, device=vol.device, reservation=rid)
+        return RiskDecision(vol.device, vol.mount, vol.free, vol.floor, 0, 0, (), (), cleared)
+    reap(tx, now)  # end what dead owners left, so it is neither counted nor told
+    claims = []
+    jobs: dict[str, str | None] = {}
+    for rid, nbytes, path, created, flag, job in tx.reservations.claims(vol.device):
+        written = 0 if path is None else allocated_size(py_path(path))
+        left = max(0, nbytes - written)
+        claims.append(Claim(rid, left, created, flag is not None, written))
+        jobs[rid] = job
+    vol = read_volume(policy, tree)  # read after the sum, as admit() does
+    reserved = sum(c.outstanding for c in claims)
+    deficit = stop_deficit(vol.free, vol.floor, reserved)
+    chosen = choose_at_risk(deficit, claims)
+    decision = RiskDecision(
+        vol.device, vol.mount, vol.free, vol.floor, reserved, deficit, chosen, jobs=jobs
+    )
+    flagged = {c.id for c in claims if c.at_risk}
+    marked = tuple(rid for rid in chosen if rid not in flagged)
+    cleared = tuple(sorted(flagged - set(chosen)))
+    if marked:
+        reason = risk_reason(decision)
+        for rid in marked:
+            tx.reservations.mark(rid, reason)
+            log_row(
+                tx, "at-risk", now, device=vol.device, reservation=rid, free=vol.free,
+                floor=vol.floor, reserved=reserved, deficit=deficit,
+            )  # fmt: skip
+    for rid in cleared:
+        tx.reservations.mark(rid, None)
+        log_row(tx, "risk-cleared", now, device=vol.device, reservation=rid)
+    return replace(decision, marked=marked, cleared=cleared)

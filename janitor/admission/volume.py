@@ -2,22 +2,36 @@
 
 ``Volume.of`` is the one place a volume's policy numbers (floor, free_low, free_target) are
 worked out from its size, and its level judged from them; admission, status, sweeps, the daemon
-and the CLI all read these values.
+and the CLI all read these values. ``read_volume`` is what admission reads at every decision:
+free space now, beside the numbers of the last ``Volume`` measured there (``FreeSpace``).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from janitor.host.space import VolumeStats, volume_stats
+from janitor.host.space import VolumeStats, existing_ancestor, volume_stats
 from janitor.humanize import format_duration
 
 if TYPE_CHECKING:
-    from janitor.config.policy import Policy
+    from janitor.config.policy import Policy, TreePolicy
 
-__all__ = ["ORDER", "Forecast", "Level", "Reading", "Volume", "assess", "level_of"]
+__all__ = [
+    "ORDER",
+    "Forecast",
+    "FreeSpace",
+    "Level",
+    "Reading",
+    "Volume",
+    "assess",
+    "known_device",
+    "level_of",
+    "measure",
+    "read_volume",
+]
 
 #: A volume's level: ``ok``, ``warn`` (below free_low, or the floor forecast within the
 #: horizon) or ``critical`` (below the floor).
@@ -155,3 +169,61 @@ class Volume:
         data["trees"] = list(self.trees)
         data["headroom"] = self.headroom
         return data
+
+
+def measure(policy: Policy, tree: TreePolicy) -> Volume:
+    """The tree's volume, from a fresh statvfs (its mount point found and its numbers worked
+    out afresh too)."""
+    return Volume.at(policy, tree.path)
+
+
+@dataclass(frozen=True, slots=True)
+class FreeSpace:
+    """A tree's volume as :func:`read_volume` reads it: which volume it is, its free bytes now,
+    and the floors they are weighed against."""
+
+    device: int
+    mount: str
+    free: int
+    floor: int
+    free_low: int
+
+
+#: tree path -> (policy, folder statted, the volume as last measured): what a volume is and its
+#: numbers change only when something is mounted or resized, which changes device or size.
+_VOLUMES: dict[Path, tuple[Policy, str, Volume]] = {}
+
+
+def read_volume(policy: Policy, tree: TreePolicy) -> FreeSpace:
+    """The tree's volume and its free space now, at the cost of one statvfs and one stat while
+    nothing changed.
+
+    Free space is always read afresh; the device, mount and numbers (``Volume.of``) are
+    reused while the same folder still reports the same device and size (walking up to the
+    mount point and resolving the volume's policy cost more than the statvfs).
+    """
+    known = _VOLUMES.get(tree.path)
+    if known is not None and known[0] is policy:
+        _, folder, vol = known
+        try:
+            st = os.statvfs(folder)
+            same = os.stat(folder).st_dev == vol.device and st.f_blocks * st.f_frsize == vol.total
+        except OSError:
+            same = False
+        # A missing tree is measured at its nearest existing parent, until it is created.
+        if same and (folder == str(tree.path) or str(existing_ancestor(tree.path)) == folder):
+            free = st.f_bavail * st.f_frsize
+            return FreeSpace(vol.device, vol.mount, free, vol.floor, vol.free_low)
+    folder = str(existing_ancestor(tree.path))
+    vol = Volume.at(policy, folder)
+    if len(_VOLUMES) > 64:
+        _VOLUMES.clear()
+    _VOLUMES[tree.path] = (policy, folder, vol)
+    return FreeSpace(vol.device, vol.mount, vol.free, vol.floor, vol.free_low)
+
+
+def known_device(policy: Policy, tree: TreePolicy) -> int | None:
+    """The device of the tree's volume as :func:`read_volume` last read it under this policy,
+    without reading it again; None when it has not read it yet."""
+    known = _VOLUMES.get(tree.path)
+    return known[2].device if known is not None and known[0] is policy else None

@@ -23,6 +23,7 @@ __all__ = [
     "is_alive",
     "process_info",
     "process_start",
+    "still_alive",
 ]
 
 
@@ -43,6 +44,13 @@ _own_start: dict[int, float | None] = {}
 def is_alive(pid: int, start: float | None) -> bool:
     """True while process ``pid`` runs and, when ``start`` is known, is the same process."""
     return pid > 0 and processes.alive(pid, start)
+
+
+def still_alive(pid: int, start: float | None) -> bool:
+    """:func:`is_alive` for an owner asked about again and again (admission asks it of every
+    live reservation's owner, under the ledger's writer lock): on Linux an owner once seen
+    alive is watched by a pidfd, so each later ask is one ``poll``."""
+    return pid > 0 and processes.still_alive(pid, start)
 
 
 def process_info(pid: int) -> ProcessInfo | None:

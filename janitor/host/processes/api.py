@@ -53,6 +53,13 @@ class Processes(ABC):
         """True while ``pid`` runs (a zombie does not) and, when ``start`` is known (>= 0), is
         the process that started then."""
 
+    def still_alive(self, pid: int, start: float | None) -> bool:
+        """:meth:`alive`, for a process asked about again and again (every admission asks it of
+        every live reservation's owner, under the ledger's writer lock): a backend may watch
+        the processes it has seen alive and answer for them more cheaply. This one asks
+        :meth:`alive` every time."""
+        return self.alive(pid, start)
+
     @abstractmethod
     def info(self, pid: int) -> ProcessInfo | None:
         """pid, parent pid, executable and command line of ``pid``; None if it cannot be read."""

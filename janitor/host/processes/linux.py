@@ -1,10 +1,14 @@
 """The process table from Linux's ``/proc``: one read of ``/proc/PID/stat`` where psutil costs
-several (admission asks this of every live owner while it holds the ledger's writer lock).
-Where ``/proc`` cannot tell (another user's hidden process), psutil's answer is taken."""
+several (admission asks this of every live owner while it holds the ledger's writer lock), and
+a pidfd on each owner seen alive, so asking about it again is one ``poll``. Where ``/proc``
+cannot tell (another user's hidden process), psutil's answer is taken."""
 
 from __future__ import annotations
 
 import os
+import select
+import threading
+from collections.abc import Callable
 
 from janitor.host.processes.api import START_TOLERANCE_S, ProcessInfo
 from janitor.host.processes.portable import PortableProcesses
@@ -51,11 +55,85 @@ def _btime() -> float:
     return float(psutil.boot_time())
 
 
+class _PidfdWatch:
+    """Whether processes live, cheap enough to ask for every live reservation under the
+    ledger's writer lock.
+
+    The first time a process ``(pid, start)`` is seen, ``check`` (the full way: the pid runs,
+    is no zombie, and started at ``start``) asks about it and a pidfd is opened on it. A pidfd
+    names that very process, never a later one with its pid, and polls readable once it has
+    exited (a zombie included), so every later ask is one ``poll(0)``, not an open, read and
+    parse of ``/proc/PID/stat``. A few hundred processes are watched at most (the oldest
+    first seen is dropped); past that, or for a process that cannot be watched, each ask is
+    ``check``. Shared by the threads of a process; a forked child starts afresh.
+    """
+
+    _LIMIT = 256
+
+    def __init__(self, check: Callable[[int, float | None], bool]) -> None:
+        self._check = check
+        self._guard = threading.Lock()
+        self._pid = os.getpid()
+        self._polls: dict[tuple[int, float], tuple[int, select.poll]] = {}
+
+    def alive(self, pid: int, start: float | None) -> bool:
+        """True while ``pid`` runs and is the process that started at ``start``."""
+        if start is None or start < 0 or pid <= 0:
+            return self._check(pid, start)
+        key = (pid, start)
+        with self._guard:
+            if self._pid != os.getpid():  # a forked child: its copies of our pidfds are its own
+                self._forget()
+                self._pid = os.getpid()
+            watched = self._polls.get(key)
+            if watched is not None:
+                if not watched[1].poll(0):
+                    return True
+                del self._polls[key]
+                os.close(watched[0])
+                return False
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return self._check(pid, start)  # no such process (dead), not a leader, no pidfds ...
+        # Opened first, checked second: if the pid changed hands in between, the check
+        # sees the newcomer's start time and says dead, whichever process the pidfd names.
+        try:
+            if not self._check(pid, start):
+                os.close(fd)
+                return False
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+        except BaseException:
+            os.close(fd)
+            raise
+        with self._guard:
+            if self._pid != os.getpid() or key in self._polls:
+                os.close(fd)  # another thread watched it first, or we forked meanwhile
+                return True
+            self._polls[key] = (fd, poller)
+            if len(self._polls) > self._LIMIT:
+                oldest = next(iter(self._polls))
+                os.close(self._polls.pop(oldest)[0])
+        return True
+
+    def _forget(self) -> None:
+        for fd, _ in self._polls.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._polls.clear()
+
+
 class LinuxProcesses(PortableProcesses):
-    """``/proc`` first; psutil only where ``/proc`` cannot tell."""
+    """``/proc`` first; psutil only where ``/proc`` cannot tell; pidfds for processes asked
+    about again and again."""
 
     def __init__(self) -> None:
         self._boot_time: float | None = None
+        pidfds = hasattr(os, "pidfd_open") and hasattr(select, "poll")
+        self._watch = _PidfdWatch(self.alive) if pidfds else None
 
     def _started(self, fields: list[bytes]) -> float:
         """Start time as psutil computes it: boot time + starttime clock ticks."""
@@ -80,6 +158,11 @@ class LinuxProcesses(PortableProcesses):
         if start is None or start < 0:
             return True
         return abs(self._started(fields) - start) < START_TOLERANCE_S
+
+    def still_alive(self, pid: int, start: float | None) -> bool:
+        if self._watch is None:
+            return self.alive(pid, start)
+        return self._watch.alive(pid, start)
 
     def info(self, pid: int) -> ProcessInfo | None:
         fields = _stat(pid)
