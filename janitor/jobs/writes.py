@@ -400,15 +400,14 @@ def _draw(
     assert job is not None
     pool = tx.reservations.pool(job_id, out_dir)
     known = job.source(w.source)
-    device = _device(jan, tp)
+    vol = read_volume(jan.policy, tp)  # once: its device, floor and free space now
+    device = vol.device
     if pool is not None and known is not None and known.output_dir == out_dir:
         # A later cut: no new admission; stopped if its job must stop.
-        if pool.at_risk is not None:
-            now_vol = read_volume(jan.policy, tp)
-            if now_vol.free < now_vol.floor:
-                raise SpaceRisk(pool.id, pool.volume, pool.at_risk)
+        if pool.at_risk is not None and vol.free < vol.floor:
+            raise SpaceRisk(pool.id, pool.volume, pool.at_risk)
         if w.bytes <= pool.outstanding:
-            return HeldWrite(pool.id, w.path, pool.outstanding, _floor(jan, tp), pooled=True)
+            return HeldWrite(pool.id, w.path, pool.outstanding, vol.floor, pooled=True)
         # More than the working set has left. Within the estimate's margin (each cut's file
         # rounds up to whole blocks, which the working set cannot know) it is granted as it
         # stands: an admitted file is never refused midway, and the floor's margin covers it.
@@ -422,7 +421,7 @@ def _draw(
                 nbytes=pool.bytes + extra, path=pool.path, ts=now, previous=pool.bytes,
                 within_margin=True,
             )  # fmt: skip
-            return HeldWrite(pool.id, w.path, w.bytes, _floor(jan, tp), pooled=True)
+            return HeldWrite(pool.id, w.path, w.bytes, vol.floor, pooled=True)
         needs[device] = needs.get(device, 0) + extra
         decision, grown = grow_reservation(tx, jan.policy, tp, pool.id, pool.bytes + extra, now=now)
         if grown is None:
@@ -470,12 +469,6 @@ def _device(jan: Janitor, tp: TreePolicy) -> int:
     from janitor.admission.reserve import read_volume
 
     return read_volume(jan.policy, tp).device
-
-
-def _floor(jan: Janitor, tp: TreePolicy) -> int:
-    from janitor.admission.reserve import read_volume
-
-    return read_volume(jan.policy, tp).floor
 
 
 def _start(pid: int) -> float | None:
