@@ -57,10 +57,12 @@ def space(as_json: JsonOpt = False) -> None:
     manages (models, a media cache elsewhere), TMPDIR's other files, and the rest of the
     volume as one row. Measured now, without crossing into other mounts; changes nothing.
     """
+    from janitor.cli.early import take
     from janitor.usage import space_report
 
+    early = take()  # the walk the entry point started, if it did
     jan = open_janitor()
-    report = space_report(jan)
+    report = space_report(jan, early=early)
     if as_json:
         print_json({"volumes": [v.as_dict() for v in report]})
         return

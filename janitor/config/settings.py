@@ -25,31 +25,14 @@ from pydantic_settings import (
 )
 
 from janitor.config.listen import ListenAddress, parse_listen
+from janitor.config.paths import APP_NAME, default_config_path, shipped_policy_path
 from janitor.errors import ConfigError
 from janitor.sizes import MAX_DURATION_S
 
 __all__ = ["APP_NAME", "Settings", "default_config_path", "shipped_policy_path"]
 
-APP_NAME = "space-janitor"
 
 _config_values: ContextVar[dict[str, Any] | None] = ContextVar("_config_values", default=None)
-
-
-def default_config_path() -> Path:
-    """``~/.config/space-janitor/config.toml`` on Linux; the platform's user config dir."""
-    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "config.toml"
-
-
-def shipped_policy_path() -> Path:
-    """The default policy, ``batchalign3.toml``, as installed inside the package (or the repo)."""
-    here = Path(__file__).resolve().parent.parent  # the janitor package
-    for candidate in (
-        here / "policies" / "batchalign3.toml",
-        here.parent / "policies" / "batchalign3.toml",
-    ):
-        if candidate.is_file():
-            return candidate
-    return here / "policies" / "batchalign3.toml"
 
 
 def _default_state_dir() -> Path:
