@@ -4,25 +4,31 @@
 In a fresh work folder (``--where``, default under /tmp) it builds a home as batchalign3 fills
 one: a media cache of ``--files`` WAV-named files, TMPDIR with job folders (``.tmp*/fa_v2``)
 and other programs' files, ``~/.batchalign3`` with logs and staged jobs, a Hugging Face hub and
-Stanza resources. Then, interleaved, ``--repeat`` times each:
+Stanza resources (``--orphans K``: K of the job folders two days old, so that a sweep would
+free them and ``janitor space`` runs its dry-run sweep). Then, interleaved, ``--repeat`` times
+each:
 
-* ``janitor space --json`` with the shipped policy (every tree walked once by the dry-run
-  sweep's scan, what it would free planned, the unmanaged folders walked in parallel);
+* ``janitor space --json`` with the shipped policy, this source tree's;
+* the same command from ``--baseline DIR`` (another version's source tree, e.g. main's:
+  ``git archive main | tar -x -C DIR``), if given;
 * ``du -sx`` over the same folders (the tree roots and the pipeline's other folders), the
   baseline: it only adds sizes, and says nothing of what a sweep frees.
 
-Both are whole commands (their start-up included), each the median of ``--repeat`` runs, with
-the page cache warm (each tree read once before) and, as root, cold (``drop_caches`` before
-each run: what a first "why is my disk full" meets). Target
-(issue 23, item 5): ``janitor space`` faster than ``du`` over the same folders.
+Every command is a whole process (its start-up included; both janitors as
+``python -m janitor`` with their source first on ``PYTHONPATH``, their bytecode compiled
+first, as an installed package has it), each the median of ``--repeat`` runs, with the page
+cache warm (each tree read once before) and, as root, cold (``drop_caches`` before each run:
+what a first "why is my disk full" meets). Target (issue 23, item 5): ``janitor space``
+faster than ``du`` over the same folders.
 
     python benchmarks/bench_space.py                 # 100,000 files, 5 runs each
-    python benchmarks/bench_space.py --files 300000 --repeat 3
+    python benchmarks/bench_space.py --files 300000 --repeat 3 --baseline /tmp/main-src
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import shutil
@@ -38,10 +44,16 @@ from rich.table import Table
 
 HERE = Path(__file__).resolve().parent
 POLICY = HERE.parent / "policies" / "batchalign3.toml"
-JANITOR = Path(sys.executable).parent / "janitor"
+SOURCE = HERE.parent
 
 
-def build(root: Path, files: int) -> dict[str, str]:
+def janitor_cmd(source: Path) -> tuple[list[str], dict[str, str]]:
+    """``janitor space --json`` of the janitor in ``source``, and the env that selects it."""
+    compileall.compile_dir(source / "janitor", quiet=1)
+    return [sys.executable, "-m", "janitor", "space", "--json"], {"PYTHONPATH": str(source)}
+
+
+def build(root: Path, files: int, orphans: int = 0) -> dict[str, str]:
     """The home and its environment; returns the env for both commands."""
     home, tmp = root / "home", root / "tmp"
     data, cache_home = home / ".local" / "share", home / ".cache"
@@ -59,6 +71,10 @@ def build(root: Path, files: int) -> dict[str, str]:
         audio.mkdir(parents=True)
         for g in range(50):
             (audio / f"fa-v2-audio-{j}-{g}.pcm").write_bytes(blob)
+        if j < orphans:  # left by a job that died two days ago: a sweep removes it
+            old = time.time() - 2 * 86400
+            for p in (*audio.iterdir(), audio, audio.parent, audio.parent.parent):
+                os.utime(p, (old, old))
     other = tmp / "other-program"
     other.mkdir()
     for i in range(files // 8):
@@ -79,7 +95,19 @@ def build(root: Path, files: int) -> dict[str, str]:
         "JANITOR_POLICY": str(POLICY),
     }
     (root / "run").mkdir(mode=0o700)
+    env.pop("PYTHONPATH", None)
     return env
+
+
+def count(paths: list[str]) -> tuple[int, int]:
+    """Files and folders below ``paths`` (each top included), as du walks them."""
+    files = dirs = 0
+    for top in paths:
+        dirs += 1
+        for _, ds, fs in os.walk(top):
+            dirs += len(ds)
+            files += len(fs)
+    return files, dirs
 
 
 def folders(env: dict[str, str]) -> list[str]:
@@ -117,72 +145,82 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--orphans", type=int, default=0, help="job folders two days old")
+    ap.add_argument("--baseline", type=Path, default=None, help="another version's source")
     ap.add_argument("--where", type=Path, default=None)
     args = ap.parse_args()
-    if not JANITOR.exists():
-        raise SystemExit(f"{JANITOR} not found: run with the venv's python")
     root = Path(tempfile.mkdtemp(prefix="janitor-bench-space-", dir=args.where))
     try:
         print(f"building {args.files:,} files in {root} ...", file=sys.stderr)
-        env = build(root, args.files)
-        du = ["du", "-sxc", *folders(env)]
-        space = [str(JANITOR), "space", "--json"]
-        timed(du, env)  # warm the page cache for both
-        _, out = timed(space, env)
-        rows = json.loads(out)["volumes"][0]["rows"]
-        ours: list[float] = []
-        theirs: list[float] = []
+        env = build(root, args.files, args.orphans)
+        where = folders(env)
+        files, dirs = count(where)
+        runs: dict[str, list[str]] = {}
+        envs: dict[str, dict[str, str]] = {}
+        cmd, extra = janitor_cmd(SOURCE)
+        runs["janitor space"], envs["janitor space"] = cmd, {**env, **extra}
+        if args.baseline is not None:
+            cmd, extra = janitor_cmd(args.baseline)
+            runs["baseline"], envs["baseline"] = cmd, {**env, **extra}
+        runs["du -sxc"], envs["du -sxc"] = ["du", "-sxc", *where], env
+        names = list(runs)
+        outputs = {n: timed(runs[n], envs[n])[1] for n in names}  # warms the page cache too
+        rows = json.loads(outputs["janitor space"])["volumes"][0]["rows"]
+        if "baseline" in outputs:
+            theirs = json.loads(outputs["baseline"])["volumes"][0]["rows"]
+            same = [(r["name"], r["bytes"], r["frees"]) for r in rows[:-1]] == [
+                (r["name"], r["bytes"], r["frees"]) for r in theirs[:-1]
+            ]
+            print(f"rows equal to the baseline's: {same}", file=sys.stderr)
+        warm: dict[str, list[float]] = {n: [] for n in names}
         for _ in range(args.repeat):
-            ours.append(timed(space, env)[0])
-            theirs.append(timed(du, env)[0])
-        a, b = statistics.median(ours), statistics.median(theirs)
-        cold: list[tuple[float, float]] = []
+            for n in names:
+                warm[n].append(timed(runs[n], envs[n])[0])
+        cold: dict[str, list[float]] = {n: [] for n in names}
         if can_drop_caches():
             for _ in range(args.repeat):
-                drop_caches()
-                x = timed(space, env)[0]
-                drop_caches()
-                cold.append((x, timed(du, env)[0]))
-        table = Table(
-            title=f"janitor space vs du -sx, {args.files:,} files (median of {args.repeat})"
-        )
-        for col in ("measurement", "janitor space", "du -sxc", "ratio", "target", "verdict"):
-            table.add_column(col)
-        table.add_row(
-            "whole command, warm cache",
-            f"{a * 1000:.0f} ms",
-            f"{b * 1000:.0f} ms",
-            f"{a / b:.2f}x",
-            "< 1.0x du",
-            "meets" if a < b else "MISSES",
-        )
-        if cold:
-            ca = statistics.median(c[0] for c in cold)
-            cb = statistics.median(c[1] for c in cold)
-            table.add_row(
-                "whole command, cold cache (drop_caches)",
-                f"{ca * 1000:.0f} ms",
-                f"{cb * 1000:.0f} ms",
-                f"{ca / cb:.2f}x",
-                "< 1.0x du",
-                "meets" if ca < cb else "MISSES",
-            )
+                for n in names:
+                    drop_caches()
+                    cold[n].append(timed(runs[n], envs[n])[0])
         else:
             print("cold-cache row skipped: needs root to drop the page cache", file=sys.stderr)
+        title = (
+            f"janitor space vs du -sx: {files:,} files and {dirs:,} folders in {len(where)} "
+            f"folders, {args.orphans} old job folders (median of {args.repeat})"
+        )
+        table = Table(title=title)
+        for col in ("measurement", *names, "ratio to du", "target", "verdict"):
+            table.add_column(col)
+        for label, got in (("warm cache", warm), ("cold cache (drop_caches)", cold)):
+            if not got["du -sxc"]:
+                continue
+            med = {n: statistics.median(got[n]) for n in names}
+            du = med["du -sxc"]
+            ratios = ", ".join(f"{med[n] / du:.2f}x" for n in names if n != "du -sxc")
+            table.add_row(
+                f"whole command, {label}",
+                *(f"{med[n] * 1000:.0f} ms" for n in names),
+                ratios,
+                "< 1.0x du",
+                "meets" if med["janitor space"] < du else "MISSES",
+            )
+        pass_s = timed([sys.executable, "-c", "pass"], env)[0]
         table.add_row(
             "python -c pass (start-up floor)",
-            f"{timed([sys.executable, '-c', 'pass'], env)[0] * 1000:.0f} ms",
-            "-",
+            f"{pass_s * 1000:.0f} ms",
+            *("-" for _ in names[1:]),
             "-",
             "-",
             "info",
         )
         Console().print(table)
-        print(
-            f"runs (s): janitor space {[round(x, 3) for x in ours]}, "
-            f"du {[round(x, 3) for x in theirs]}"
-        )
-        print("rows: " + ", ".join(f"{r['name']} {r['bytes']}" for r in rows[:6]))
+        for label, got in (("warm", warm), ("cold", cold)):
+            if got["du -sxc"]:
+                print(
+                    f"{label} runs (s): "
+                    + "; ".join(f"{n} {[round(x, 3) for x in got[n]]}" for n in names)
+                )
+        print("rows: " + ", ".join(f"{r['name']} {r['bytes']} (frees {r['frees']})" for r in rows))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0
