@@ -29,9 +29,11 @@ from typing import TYPE_CHECKING, Any
 from janitor.host.sizewalk import Folder, Measured, SizeWalk
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from janitor.admission.volume import Volume
     from janitor.config.policy import Policy
-    from janitor.core import Janitor
+    from janitor.ledger.db import Ledger
 
 __all__ = [
     "SpaceRow",
@@ -175,30 +177,29 @@ def _measure(folders: Sequence[Folder], early: SizeWalk | None) -> dict[Folder, 
     this order: a file linked in two of them counts in the first), else a walk now."""
     if early is not None:
         if early.folders == tuple(folders):
-            try:
-                return early.results()
-            except OSError:
-                pass
+            return early.results()
         early.close()
     return SizeWalk.start(folders).results()
 
 
-def _orphans(jan: Janitor) -> list[str]:
+def _orphans(ledger: Ledger) -> list[str]:
     from janitor.cleanup.glance import orphaned_jobs
 
-    with jan.ledger.read() as tx:
+    with ledger.read() as tx:
         return orphaned_jobs(tx.jobs.active())
 
 
-def space_report(jan: Janitor, *, early: SizeWalk | None = None) -> tuple[VolumeSpace, ...]:
+def space_report(
+    policy: Policy, ledger: Ledger, state_dir: Path, *, early: SizeWalk | None = None
+) -> tuple[VolumeSpace, ...]:
     """Where each covered volume's space goes, measured now (see the module docstring);
-    ``early``: a walk already under way (``janitor.cli.early``)."""
+    ``early``: a walk already under way (``janitor.cli.early``). The ledger is read for the
+    jobs whose writers died, and by a dry-run sweep (``state_dir``: its tree locks)."""
     from janitor.admission.volume import Volume
     from janitor.cleanup.glance import may_free, unit_bytes
     from janitor.host.batchalign3 import known_paths
     from janitor.host.space import volume_stats
 
-    policy = jan.policy
     plan = plan_folders(tree_specs(policy), [(k.name, str(k.path)) for k in known_paths()])
     measured = _measure(plan.folders, early)
     now = time.time()
@@ -217,7 +218,7 @@ def space_report(jan: Janitor, *, early: SizeWalk | None = None) -> tuple[Volume
         sizes[name] = m.bytes
         usage[name] = unit_bytes(tree, m)
         if tree.role == "scratch" and orphans is None:
-            orphans = _orphans(jan)
+            orphans = _orphans(ledger)
         if may_free(
             tree,
             m,
@@ -232,7 +233,7 @@ def space_report(jan: Janitor, *, early: SizeWalk | None = None) -> tuple[Volume
     if doubt:
         from janitor.cleanup.sweep import run_sweep
 
-        result = run_sweep(policy, jan.ledger, jan.settings.state_dir, dry_run=True, names=doubt)
+        result = run_sweep(policy, ledger, state_dir, dry_run=True, names=doubt)
         usage.update({tp.tree: tp.usage for tp in result.plan.trees})
         for item in result.plan.items:
             frees[item.tree] = frees.get(item.tree, 0) + item.size

@@ -8,13 +8,12 @@ Only light modules are imported here: ``janitor --help`` loads this for every co
 from __future__ import annotations
 
 import gc
-import json
-import os
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
+
+from janitor.cli.light import console, own_state_dir, print_json, say
 
 if TYPE_CHECKING:
     from janitor.config.settings import Settings
@@ -31,6 +30,7 @@ __all__ = [
     "lasting",
     "open_janitor",
     "open_ledger",
+    "own_state_dir",
     "owner",
     "print_json",
     "say",
@@ -59,30 +59,10 @@ DryRunOpt = Annotated[
 ]
 
 
-def say(message: str) -> None:
-    """One message line on stderr, prefixed ``janitor:``."""
-    print(f"janitor: {message}", file=sys.stderr)
-
-
 def fail(message: str, code: int) -> NoReturn:
     """Say ``error: message`` and end the command with exit ``code``."""
     say(f"error: {message}")
     raise typer.Exit(code)
-
-
-def print_json(data: Any) -> None:
-    """``data`` as indented JSON on stdout."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
-
-
-def console() -> Any:
-    """A rich console for stdout; piped, it never truncates ids and paths to 80 columns."""
-    from rich.console import Console
-
-    out = Console()
-    if not out.is_terminal and "COLUMNS" not in os.environ:
-        out = Console(width=1000)
-    return out
 
 
 def settings() -> Settings:
@@ -111,16 +91,6 @@ def open_ledger(s: Settings) -> Ledger:
     ledger = Ledger(s.ledger_path, lock_timeout=s.lock_timeout_s)
     G.ledgers.append(ledger)
     return ledger
-
-
-def own_state_dir(s: Settings) -> None:
-    """Root is refused in another user's state dir; a user's state dir is rid of what an
-    earlier root run left there, saying so (janitor.config.state_dir)."""
-    from janitor.config.state_dir import refuse_root, repair
-
-    refuse_root(s.state_dir)
-    for line in repair(s.state_dir):
-        say(f"note: {line}")
 
 
 def owner(owner_pid: int | None) -> Owner:

@@ -15,14 +15,15 @@ from collections.abc import Sequence
 
 from janitor.host.sizewalk import SizeWalk
 
-__all__ = ["start", "take"]
+__all__ = ["root_options", "start", "take"]
 
 _walk: SizeWalk | None = None
 _GLOBAL = ("--config", "--policy")
 
 
-def _space_options(argv: Sequence[str]) -> dict[str, str] | None:
-    """The root options of a ``space`` command line; None for any other command line."""
+def root_options(argv: Sequence[str]) -> tuple[dict[str, str], list[str]] | None:
+    """For a ``space`` command line: its root options (``--config``, ``--policy``) and what
+    follows ``space``; None for any other command line."""
     opts: dict[str, str] = {}
     i = 0
     while i < len(argv):
@@ -39,9 +40,16 @@ def _space_options(argv: Sequence[str]) -> dict[str, str] | None:
             continue
         if token != "space":
             return None  # another command, or an option of the root (--help, --version)
-        rest = argv[i + 1 :]
-        return None if any(t in ("-h", "--help") for t in rest) else opts
+        return opts, list(argv[i + 1 :])
     return None
+
+
+def _space_options(argv: Sequence[str]) -> dict[str, str] | None:
+    """The root options of a ``space`` command line that asks for a report (not for help)."""
+    found = root_options(argv)
+    if found is None or any(t in ("-h", "--help") for t in found[1]):
+        return None
+    return found[0]
 
 
 def start(argv: Sequence[str]) -> None:

@@ -62,7 +62,7 @@ def space(as_json: JsonOpt = False) -> None:
 
     early = take()  # the walk the entry point started, if it did
     jan = open_janitor()
-    report = space_report(jan, early=early)
+    report = space_report(jan.policy, jan.ledger, jan.settings.state_dir, early=early)
     if as_json:
         print_json({"volumes": [v.as_dict() for v in report]})
         return

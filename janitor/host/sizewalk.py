@@ -39,7 +39,7 @@ from typing import Any
 
 from janitor.host.fastpaths import LINUX
 from janitor.host.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
-from janitor.host.mounts import mounts_under
+from janitor.host.mounts import mount_points, mounts_under
 
 __all__ = ["CHILDREN", "FILES", "SIZE", "Child", "Folder", "Measured", "SizeWalk", "workers"]
 
@@ -142,6 +142,12 @@ class _Top:
                 continue
             ids.add((pst.st_dev, pst.st_ino))
         self.prune = frozenset(ids)
+
+
+def _tops(folders: Sequence[Folder]) -> list[_Top]:
+    """Every folder's top, listed, with the mount table as it is now."""
+    mount_points(fresh=True)
+    return [_Top(f) for f in folders]
 
 
 def _tasks(tops: Sequence[_Top]) -> list[tuple[int, int, int]]:
@@ -254,10 +260,10 @@ class _Walk:
         top = self.top
         chain = FolderChain(self.top_fd)
         device, prune, want, mounts = top.device, top.prune, top.want, top.mounts
-        isdir = stat.S_ISDIR
+        isdir, listdir, lstat = stat.S_ISDIR, os.listdir, os.lstat
         multi = self.multi
         files = self.files
-        total = n = 0
+        blocks = n = 0
         newest, oldest = self.newest, self.oldest
         # Per level: the subfolders still to walk, as (name, ino, path, rel).
         todo: list[list[tuple[str, int, str, str]]] = []
@@ -269,42 +275,41 @@ class _Walk:
                     here = None
                     subs: list[tuple[str, int, str, str]] = []
                     todo.append(subs)
+                    fd = chain.fd
                     try:
-                        with os.scandir(chain.fd) as it:
-                            entries = list(it)
+                        names = listdir(fd)
                     except OSError:
-                        entries = []
-                    for d in entries:
+                        names = []
+                    for name in names:
                         try:
-                            st = d.stat(follow_symlinks=False)
+                            st = lstat(name, dir_fd=fd)
                         except OSError:
                             continue
                         if st.st_dev != device:
                             continue
                         n += 1
                         if isdir(st.st_mode):
-                            sub = path + "/" + d.name
+                            sub = path + "/" + name
                             if mounts and sub in mounts:
                                 n -= 1
                                 continue  # a mount point (a bind mount has the top's device)
-                            total += st.st_blocks * 512
+                            blocks += st.st_blocks
                             if want:
                                 newest = max(newest, st.st_mtime)
                             if (device, st.st_ino) not in prune:
-                                subs.append((d.name, st.st_ino, sub, rel + "/" + d.name))
+                                subs.append((name, st.st_ino, sub, rel + "/" + name))
                             continue
-                        size = st.st_blocks * 512
                         if st.st_nlink > 1:
-                            multi.append((st.st_ino, size))
+                            multi.append((st.st_ino, st.st_blocks * 512))
                         else:
-                            total += size
+                            blocks += st.st_blocks
                         if want:
                             mtime = st.st_mtime
                             use = max(mtime, st.st_atime)
                             newest = max(newest, mtime)
                             oldest = min(oldest, use)
                             if want >= FILES:
-                                files.append((rel + "/" + d.name, size, use))
+                                files.append((rel + "/" + name, st.st_blocks * 512, use))
                 if todo[-1]:
                     name, ino, path, rel = todo[-1].pop()
                     try:
@@ -320,7 +325,7 @@ class _Walk:
                     todo[-1].clear()
         finally:
             chain.close()
-            self.total, self.n, self.newest, self.oldest = total, n, newest, oldest
+            self.total, self.n, self.newest, self.oldest = blocks * 512, n, newest, oldest
 
 
 def _work(tops: Sequence[_Top], queue: int) -> list[_Record]:
@@ -334,7 +339,7 @@ def _work(tops: Sequence[_Top], queue: int) -> list[_Record]:
         out.extend(_run(tops, *_TASK.unpack(raw)))
 
 
-def _heads(tops: Sequence[_Top]) -> list[tuple[int, list[str]] | None]:
+def _heads(tops: Sequence[_Top]) -> list[tuple[int, list[str], int] | None]:
     """Each top's device, the mount points below it as the walk saw them and its own bytes
     (None: no top)."""
     return [(t.device, sorted(t.mounts), t.own) if t.fd >= 0 else None for t in tops]
@@ -349,7 +354,9 @@ def _mounted_since(folders: Sequence[Folder], heads: Sequence[Any]) -> bool:
     return False
 
 
-def _merge(folders: Sequence[Folder], heads: list[Any], records: Iterable[_Record]) -> dict:
+def _merge(
+    folders: Sequence[Folder], heads: Sequence[Any], records: Iterable[_Record]
+) -> dict[Folder, Measured]:
     """The records of every process, as one Measured per folder listed (in folder order for the
     files linked more than once: the first folder has them)."""
     per: list[list[_Record]] = [[] for _ in folders]
@@ -425,7 +432,7 @@ class SizeWalk:
         atexit.register(self.close)
 
     def _lead(self, outs: list[int]) -> None:
-        tops = [_Top(f) for f in self.folders]
+        tops = _tops(self.folders)
         tasks = _tasks(tops)
         qr, qw = os.pipe()
         os.write(qw, b"".join(_TASK.pack(*t) for t in tasks))  # < 64 KiB: never blocks
@@ -452,11 +459,18 @@ class SizeWalk:
                 break
 
     def results(self) -> dict[Folder, Measured]:
-        """Each folder's measure (a folder missing, or no folder, has none); waits for it."""
-        if self._done is not None:
-            return self._done
-        if not self._pipes:
-            tops = [_Top(f) for f in self.folders]
+        """Each folder's measure (a folder missing, or no folder, has none); waits for it.
+
+        Measured again here, in this process, if a process of the walk failed, or if a mount
+        was made below a top while it walked (the walk may have gone into it)."""
+        if self._done is None:
+            got = self._collect() if self._pipes else None
+            self._done = got if got is not None else self._here()
+        return self._done
+
+    def _here(self) -> dict[Folder, Measured]:
+        while True:
+            tops = _tops(self.folders)
             try:
                 records = [r for t in _tasks(tops) for r in _run(tops, *t)]
                 heads = _heads(tops)
@@ -464,25 +478,24 @@ class SizeWalk:
                 for t in tops:
                     if t.fd >= 0:
                         os.close(t.fd)
-            self._done = _merge(self.folders, heads, records)
-            return self._done
+            if not _mounted_since(self.folders, heads):
+                return _merge(self.folders, heads, records)
+
+    def _collect(self) -> dict[Folder, Measured] | None:
         raw = _receive(self._pipes)
         self._reap()
+        if not all(raw):
+            return None  # a process ended without its results
         heads: list[Any] = []
         records: list[_Record] = []
         for k, data in enumerate(raw):
-            if not data:
-                raise OSError(f"a process measuring folders ended without its results (#{k})")
             h, recs = marshal.loads(data)
             if k == 0:
                 heads = h
             records.extend(recs)
         if _mounted_since(self.folders, heads):
-            # A mount was made below a top during the walk, that the walk may have entered.
-            self._done = SizeWalk(self.folders, 1).results()
-        else:
-            self._done = _merge(self.folders, heads, records)
-        return self._done
+            return None
+        return _merge(self.folders, heads, records)
 
     def _reap(self) -> None:
         for fd in self._pipes:
