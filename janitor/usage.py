@@ -24,25 +24,34 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from janitor.host.sizewalk import Folder, Measured, SizeWalk
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from janitor.admission.volume import Volume
     from janitor.config.policy import Policy
     from janitor.ledger.db import Ledger
 
 __all__ = [
+    "SPACE_MAX_AGE_S",
+    "FolderPlan",
     "SpaceRow",
     "TreeSpec",
     "VolumeSpace",
+    "file_stamp",
+    "folders_key",
     "plan_folders",
+    "report_plan",
     "space_report",
     "tree_specs",
 ]
+
+
+#: How old a report of the daemon's ``janitor space`` shows (the daemon measures one every
+#: sweep_interval_s, and again when asked for one older than this).
+SPACE_MAX_AGE_S = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +89,13 @@ class SpaceRow:
     role: str | None = None
     frees: int = 0
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpaceRow:
+        """The row ``as_dict`` gave."""
+        return cls(
+            data["name"], data["path"], data["bytes"], data["tree"], data["role"], data["frees"]
+        )
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -110,6 +126,12 @@ class VolumeSpace:
     def frees(self) -> int:
         """What a sweep would free on this volume now."""
         return sum(r.frees for r in self.rows)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> VolumeSpace:
+        """The volume ``as_dict`` gave."""
+        rows = tuple(SpaceRow.from_dict(r) for r in data["rows"])
+        return cls(data["volume"], data["device"], data["total"], data["free"], rows)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -172,14 +194,37 @@ def plan_folders(trees: Sequence[TreeSpec], known: Sequence[tuple[str, str]]) ->
     )
 
 
-def _measure(folders: Sequence[Folder], early: SizeWalk | None) -> dict[Folder, Measured]:
+def _measure(
+    folders: Sequence[Folder], early: SizeWalk | None, workers: int | None
+) -> dict[Folder, Measured]:
     """Each folder's measure: the early walk's when it measured exactly these folders (in
     this order: a file linked in two of them counts in the first), else a walk now."""
     if early is not None:
         if early.folders == tuple(folders):
             return early.results()
         early.close()
-    return SizeWalk.start(folders).results()
+    return SizeWalk.start(folders, count=workers).results()
+
+
+def report_plan(policy: Policy) -> FolderPlan:
+    """The folders ``space_report`` measures for ``policy`` in this process's environment."""
+    from janitor.host.batchalign3 import known_paths
+
+    return plan_folders(tree_specs(policy), [(k.name, str(k.path)) for k in known_paths()])
+
+
+def folders_key(folders: Sequence[Folder]) -> list[list[Any]]:
+    """The folders as JSON: what a report measured, compared by whoever reuses it."""
+    return [[f.path, list(f.prune), f.detail] for f in folders]
+
+
+def file_stamp(path: Path | str) -> list[int] | None:
+    """Which version of a file this is (device, inode, size, mtime in ns); None if missing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
 
 
 def _orphans(ledger: Ledger) -> list[str]:
@@ -190,18 +235,23 @@ def _orphans(ledger: Ledger) -> list[str]:
 
 
 def space_report(
-    policy: Policy, ledger: Ledger, state_dir: Path, *, early: SizeWalk | None = None
+    policy: Policy,
+    ledger: Ledger,
+    state_dir: Path,
+    *,
+    early: SizeWalk | None = None,
+    workers: int | None = None,
 ) -> tuple[VolumeSpace, ...]:
     """Where each covered volume's space goes, measured now (see the module docstring);
-    ``early``: a walk already under way (``janitor.cli.early``). The ledger is read for the
-    jobs whose writers died, and by a dry-run sweep (``state_dir``: its tree locks)."""
+    ``early``: a walk already under way (``janitor.cli.early``); ``workers``: processes of
+    the walk (1: in this one). The ledger is read for the jobs whose writers died, and by a
+    dry-run sweep (``state_dir``: its tree locks)."""
     from janitor.admission.volume import Volume
     from janitor.cleanup.glance import may_free, unit_bytes
-    from janitor.host.batchalign3 import known_paths
     from janitor.host.space import volume_stats
 
-    plan = plan_folders(tree_specs(policy), [(k.name, str(k.path)) for k in known_paths()])
-    measured = _measure(plan.folders, early)
+    plan = report_plan(policy)
+    measured = _measure(plan.folders, early, workers)
     now = time.time()
     volumes: dict[int, Volume] = {}
     sizes: dict[str, int] = {}

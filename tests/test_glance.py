@@ -18,7 +18,7 @@ import pytest
 from janitor import Janitor
 from janitor.admission.volume import Volume
 from janitor.cleanup.glance import may_free, orphaned_jobs, unit_bytes
-from janitor.cli.early import _space_options
+from janitor.cli.quick import SpaceArgs, space_args
 from janitor.config.glimpse import raw_trees
 from janitor.config.settings import shipped_policy_path
 from janitor.host.batchalign3 import known_paths
@@ -233,13 +233,15 @@ def test_the_early_walk_plans_what_the_loaded_policy_asks_for(
 
 
 @pytest.mark.parametrize(
-    ("argv", "opts"),
+    ("argv", "args"),
     [
-        (["space"], {}),
-        (["space", "--json"], {}),
-        (["--policy", "p.toml", "space"], {"--policy": "p.toml"}),
-        (["--config=c.toml", "space", "--json"], {"--config": "c.toml"}),
+        (["space"], SpaceArgs(None, None)),
+        (["space", "--json"], SpaceArgs(None, None, as_json=True)),
+        (["space", "--fresh", "--json"], SpaceArgs(None, None, as_json=True, fresh=True)),
+        (["--policy", "p.toml", "space"], SpaceArgs(None, "p.toml")),
+        (["--config=c.toml", "space", "--json"], SpaceArgs("c.toml", None, as_json=True)),
         (["space", "--help"], None),
+        (["space", "--jsn"], None),
         (["--help"], None),
         (["status"], None),
         (["--version", "space"], None),
@@ -247,7 +249,7 @@ def test_the_early_walk_plans_what_the_loaded_policy_asks_for(
         ([], None),
     ],
 )
-def test_only_a_space_command_line_starts_early(
-    argv: list[str], opts: dict[str, str] | None
+def test_only_a_plain_space_command_line_skips_typer(
+    argv: list[str], args: SpaceArgs | None
 ) -> None:
-    assert _space_options(argv) == opts
+    assert space_args(argv) == args

@@ -8,15 +8,12 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The ``janitor`` console script: ``janitor space`` starts its walk first
-    (``janitor.cli.early``) and a plain one is answered at once (``janitor.cli.quick``); any
-    other command line is loaded and run by typer (``janitor.cli.app``)."""
-    from janitor.cli.early import start
+    """The ``janitor`` console script: a plain ``janitor space`` is answered at once
+    (``janitor.cli.quick``); any other command line is loaded and run by typer
+    (``janitor.cli.app``)."""
     from janitor.cli.quick import space, space_args
 
-    args = sys.argv[1:] if argv is None else argv
-    start(args)
-    plain = space_args(args)
+    plain = space_args(sys.argv[1:] if argv is None else argv)
     if plain is not None:  # answered without loading typer (janitor.cli.quick)
         sys.exit(space(plain))
     from janitor.cli.app import main as run

@@ -1,21 +1,26 @@
-"""``janitor space`` starts walking before the command line has loaded.
+"""``janitor space`` starts walking before the rest of the janitor has loaded.
 
-Loading the CLI, the settings and the policy takes a good part of what ``du`` needs for the
-whole walk. So :func:`start`, called first thing by the ``janitor`` entry point, looks at the
-command line: for ``janitor [--config F] [--policy F] space ...`` on Linux it reads the policy
-file's raw text (``janitor.config.glimpse``), plans the folders as ``janitor.usage`` will, and
-starts the size walk's processes, which run while this one imports the rest. ``space`` then
-:func:`take`s the walk; ``janitor.usage`` uses it only if it measured exactly the folders the
-loaded policy asks for (else it walks again, and says nothing). Any doubt here: no early walk.
+Loading the settings and the policy (pydantic) takes a good part of what ``du`` needs for the
+whole walk. So for a ``janitor [--config F] [--policy F] space ...`` command line
+(:func:`root_options`), ``janitor.cli.quick`` calls :func:`start` first thing, on Linux: it
+reads the policy file's raw text (``janitor.config.glimpse``), plans the folders as
+``janitor.usage`` will (:func:`glimpsed_plan`), and starts the size walk's processes, which run
+while this one imports the rest. The command then :func:`take`s the walk; ``janitor.usage``
+uses it only if it measured exactly the folders the loaded policy asks for (else it walks
+again). Any doubt here: no early walk.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from janitor.host.sizewalk import SizeWalk
 
-__all__ = ["root_options", "start", "take"]
+if TYPE_CHECKING:
+    from janitor.usage import FolderPlan
+
+__all__ = ["glimpsed_plan", "root_options", "start", "take"]
 
 _walk: SizeWalk | None = None
 _GLOBAL = ("--config", "--policy")
@@ -44,40 +49,33 @@ def root_options(argv: Sequence[str]) -> tuple[dict[str, str], list[str]] | None
     return None
 
 
-def _space_options(argv: Sequence[str]) -> dict[str, str] | None:
-    """The root options of a ``space`` command line that asks for a report (not for help)."""
-    found = root_options(argv)
-    if found is None or any(t in ("-h", "--help") for t in found[1]):
+def glimpsed_plan(config: str | None, policy: str | None) -> FolderPlan | None:
+    """The folders ``janitor space`` will measure, from the policy file's raw text (None when
+    it cannot be read plainly: the loaded policy will say why)."""
+    from janitor.cleanup.glance import detail_for
+    from janitor.config.glimpse import raw_trees
+    from janitor.host.batchalign3 import known_paths
+    from janitor.usage import TreeSpec, plan_folders
+
+    trees = raw_trees(config, policy)
+    if not trees:
         return None
-    return found[0]
+    specs = [
+        TreeSpec(t.name, t.path, detail_for(t.role, t.units, t.selects, t.max_age)) for t in trees
+    ]
+    return plan_folders(specs, [(k.name, str(k.path)) for k in known_paths()])
 
 
-def start(argv: Sequence[str]) -> None:
-    """Start the walk of a ``space`` command line (see the module docstring)."""
+def start(plan: FolderPlan | None) -> None:
+    """Start walking ``plan``'s folders (see the module docstring)."""
     global _walk
     from janitor.host.fastpaths import LINUX
 
-    if not LINUX or _walk is not None:
-        return
-    opts = _space_options(argv)
-    if opts is None:
+    if not LINUX or _walk is not None or plan is None:
         return
     try:
-        from janitor.cleanup.glance import detail_for
-        from janitor.config.glimpse import raw_trees
-        from janitor.host.batchalign3 import known_paths
-        from janitor.usage import TreeSpec, plan_folders
-
-        trees = raw_trees(opts.get("--config"), opts.get("--policy"))
-        if not trees:
-            return
-        specs = [
-            TreeSpec(t.name, t.path, detail_for(t.role, t.units, t.selects, t.max_age))
-            for t in trees
-        ]
-        plan = plan_folders(specs, [(k.name, str(k.path)) for k in known_paths()])
         _walk = SizeWalk.start(plan.folders)
-    except Exception:  # a guess gone wrong costs nothing: the command walks as it would have
+    except OSError:  # no processes to be had: the command walks as it would have
         _walk = None
 
 

@@ -3,7 +3,8 @@
 ``janitor space`` starts measuring folders while it is still importing the rest of the janitor
 (``janitor.cli.early``); it needs the trees' paths for that, before pydantic is even imported.
 This finds the policy file as ``Settings`` does (``--policy``, ``JANITOR_POLICY``, the config
-file's ``policy``, ``policy.toml`` in the config dir, the shipped one) and reads each tree's
+file's ``policy``, ``policy.toml`` in the config dir, the shipped one; the state and runtime
+folders likewise, for the daemon's report: ``janitor.cli.quick``) and reads each tree's
 path, role, units and whether it has include/exclude globs or a max_age. Nothing is validated:
 whatever this says is only a guess, used if it matches what the loaded policy says. Any
 problem gives None.
@@ -17,9 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from janitor.config.paths import default_config_path, expand_path, shipped_policy_path
+from janitor.config.paths import (
+    default_config_path,
+    default_runtime_dir,
+    default_state_dir,
+    expand_path,
+    shipped_policy_path,
+)
 
-__all__ = ["RawTree", "policy_file", "raw_trees"]
+__all__ = ["RawTree", "folder_setting", "policy_file", "raw_trees"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,21 +45,36 @@ def _expanded(value: str) -> Path:
     return Path(os.path.expandvars(os.path.expanduser(value)))
 
 
+def _config(config: str | None) -> dict[str, Any]:
+    """The config file's values (none without one), found as ``Settings.load`` finds it."""
+    explicit = config or os.environ.get("JANITOR_CONFIG") or None
+    path = Path(os.path.expanduser(explicit)) if explicit else default_config_path()
+    if not path.is_file():
+        return {}
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
 def policy_file(config: str | None = None, policy: str | None = None) -> Path:
     """The policy file ``Settings.load(config, policy=policy).policy_path`` names, found
     without loading the settings."""
     chosen = policy or os.environ.get("JANITOR_POLICY")
     if chosen:
         return _expanded(chosen)
-    explicit = config or os.environ.get("JANITOR_CONFIG") or None
-    path = Path(os.path.expanduser(explicit)) if explicit else default_config_path()
-    if path.is_file():
-        with open(path, "rb") as fh:
-            named = tomllib.load(fh).get("policy")
-        if isinstance(named, str) and named:
-            return _expanded(named)
+    named = _config(config).get("policy")
+    if isinstance(named, str) and named:
+        return _expanded(named)
     user = default_config_path().parent / "policy.toml"
     return user if user.is_file() else shipped_policy_path()
+
+
+def folder_setting(name: str, config: str | None = None) -> Path:
+    """``state_dir`` or ``runtime_dir`` as ``Settings`` resolves it: ``JANITOR_STATE_DIR``,
+    the config file's key, the default."""
+    value = os.environ.get(f"JANITOR_{name.upper()}") or _config(config).get(name)
+    if isinstance(value, str) and value:
+        return _expanded(value)
+    return default_state_dir() if name == "state_dir" else default_runtime_dir()
 
 
 def raw_trees(config: str | None = None, policy: str | None = None) -> list[RawTree] | None:

@@ -14,7 +14,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["APP_NAME", "default_config_path", "expand_path", "shipped_policy_path"]
+__all__ = [
+    "APP_NAME",
+    "default_config_path",
+    "default_runtime_dir",
+    "default_state_dir",
+    "expand_path",
+    "shipped_policy_path",
+]
 
 APP_NAME = "space-janitor"
 
@@ -29,6 +36,26 @@ def default_config_path() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "config.toml"
+
+
+def default_state_dir() -> Path:
+    """``~/.local/state/space-janitor`` on Linux: the ledger, locks and ballast records."""
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir(APP_NAME, appauthor=False))
+
+
+def default_runtime_dir() -> Path:
+    """``$XDG_RUNTIME_DIR/space-janitor`` on Linux: the daemon's socket and status file."""
+    import warnings
+
+    import platformdirs
+
+    # Without XDG_RUNTIME_DIR (root shells, containers) platformdirs warns and falls back to
+    # /tmp/runtime-$UID; that fallback is fine for a socket, so the warning is noise here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Path(platformdirs.user_runtime_dir(APP_NAME, appauthor=False))
 
 
 def shipped_policy_path() -> Path:
