@@ -251,13 +251,23 @@ def space_report(
     from janitor.host.space import volume_stats
 
     plan = report_plan(policy)
+    # What the walk does not tell, read while it runs: the jobs whose writers died, each
+    # volume's numbers.
+    scratch = any(t.role == "scratch" for t in policy.trees.values())
+    orphans = _orphans(ledger) if scratch else []
+    volumes: dict[int, Volume] = {}
+    for tree in policy.trees.values():
+        try:
+            device = os.stat(tree.path).st_dev
+        except OSError:
+            continue
+        if device not in volumes:
+            volumes[device] = Volume.at(policy, tree.path)
     measured = _measure(plan.folders, early, workers)
     now = time.time()
-    volumes: dict[int, Volume] = {}
     sizes: dict[str, int] = {}
     usage: dict[str, int] = {}
     doubt: list[str] = []
-    orphans: list[str] | None = None
     for name, tree in policy.trees.items():
         m = measured.get(plan.trees[name])
         if m is None:
@@ -267,15 +277,13 @@ def space_report(
         vol = volumes[m.device]
         sizes[name] = m.bytes
         usage[name] = unit_bytes(tree, m)
-        if tree.role == "scratch" and orphans is None:
-            orphans = _orphans(ledger)
         if may_free(
             tree,
             m,
             usage=usage[name],
             quota=tree.quota_bytes(vol.total),
             pressed=vol.free < vol.free_low,
-            orphans=orphans or (),
+            orphans=orphans,
             now=now,
         ):
             doubt.append(name)

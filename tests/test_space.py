@@ -179,3 +179,14 @@ def test_with_a_daemon_it_shows_the_daemons_report_unless_fresh(tmp_path: Path) 
             # The policy file changed since the daemon's report: the command measures
             setup.write_policy(trees={"cache": {**setup.trees["cache"], "quota": "30MiB"}})
             assert space_json()["source"] == "walk"
+
+
+def test_a_bad_policy_is_one_line_and_exit_2(run_cli: Cli, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[trees.x]\nrole = "cache"\npath = "{tmp_path / "x"}"\nquota = "lots"\n')
+    for args in (("--policy", str(bad), "space", "--json"), ("--policy", str(bad), "space")):
+        done = run_cli(*args)
+        assert done.returncode == 2, done
+        assert done.stdout == "" and "Traceback" not in done.stderr
+        assert done.stderr.startswith("janitor: error: policy file"), done.stderr
+        assert done.stderr.count("\n") == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 
 __all__ = ["main"]
@@ -15,7 +16,18 @@ def main(argv: list[str] | None = None) -> None:
 
     plain = space_args(sys.argv[1:] if argv is None else argv)
     if plain is not None:  # answered without loading typer (janitor.cli.quick)
-        sys.exit(space(plain))
+        # The cyclic GC as janitor.cli.app.main keeps it: off, and what is alive frozen at the
+        # end, so that the interpreter's last collection skips it.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            code = space(plain)
+        finally:
+            if argv is None:
+                gc.freeze()
+            elif was_enabled:
+                gc.enable()
+        sys.exit(code)
     from janitor.cli.app import main as run
 
     run(argv)

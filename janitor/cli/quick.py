@@ -17,7 +17,6 @@ Any other command line, ``--help`` too, goes to typer.
 
 from __future__ import annotations
 
-import gc
 import json
 import time
 from collections.abc import Sequence
@@ -61,7 +60,6 @@ def space(args: SpaceArgs) -> int:
     from janitor.cli.light import say
     from janitor.errors import EXIT_BAD_INPUT, JanitorError
 
-    gc.disable()  # as janitor.cli.app.main: a short command, no cyclic garbage that matters
     try:
         return _space(args)
     except JanitorError as exc:
