@@ -144,6 +144,32 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
     return took, done.stdout
 
 
+def _spin(n: int) -> None:
+    x = 0
+    for i in range(n):
+        x += i
+
+
+def cores_free(n: int = 3_000_000) -> float:
+    """How many cores this run gets now: two processes spinning side by side against one alone
+    (2.0 on an idle two-core machine; near 1 when something else keeps a core busy). The
+    walk's processes gain only what this shows."""
+    start = time.perf_counter()
+    _spin(n)
+    alone = time.perf_counter() - start
+    start = time.perf_counter()
+    pids = []
+    for _ in range(2):
+        pid = os.fork()
+        if pid == 0:
+            _spin(n)
+            os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+    return 2 * alone / (time.perf_counter() - start)
+
+
 def measure(
     runs: dict[str, list[str]], envs: dict[str, dict[str, str]], repeat: int
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
@@ -219,7 +245,9 @@ def main() -> int:
                 (r["name"], r["bytes"], r["frees"]) for r in theirs[:-1]
             ]
             print(f"rows equal to the baseline's: {same}", file=sys.stderr)
+        free_before = cores_free()
         results = [("measured now", *measure(runs, envs, args.repeat))]
+        free_after = cores_free()
         if not args.no_daemon:
             daemon = start_daemon(ours, runs["janitor space"])
             try:
@@ -261,6 +289,10 @@ def main() -> int:
             "info",
         )
         Console(width=160).print(table)
+        print(
+            f"cores free for this run (of {os.cpu_count()}): {free_before:.2f} before the "
+            f"'measured now' rows, {free_after:.2f} after"
+        )
         for how, warm, cold in results:
             for label, got in (("warm", warm), ("cold", cold)):
                 if got["du -sxc"]:

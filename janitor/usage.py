@@ -247,7 +247,7 @@ def space_report(
     the walk (1: in this one). The ledger is read for the jobs whose writers died, and by a
     dry-run sweep (``state_dir``: its tree locks)."""
     from janitor.admission.volume import Volume
-    from janitor.cleanup.glance import may_free, unit_bytes
+    from janitor.cleanup.glance import may_free, unit_bytes, unit_folders
     from janitor.host.space import volume_stats
 
     plan = report_plan(policy)
@@ -276,7 +276,8 @@ def space_report(
             volumes[m.device] = Volume.at(policy, m.folder.path)
         vol = volumes[m.device]
         sizes[name] = m.bytes
-        usage[name] = unit_bytes(tree, m)
+        units = unit_folders(tree, m)
+        usage[name] = unit_bytes(tree, m, units)
         if may_free(
             tree,
             m,
@@ -285,6 +286,7 @@ def space_report(
             pressed=vol.free < vol.free_low,
             orphans=orphans,
             now=now,
+            units=units,
         ):
             doubt.append(name)
     frees: dict[str, int] = {}

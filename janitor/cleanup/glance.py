@@ -33,7 +33,16 @@ if TYPE_CHECKING:  # light to import: janitor.cli.early asks detail_for before p
     from janitor.config.policy import TreePolicy
     from janitor.ledger.jobs import JobInfo
 
-__all__ = ["detail_for", "may_free", "orphaned_jobs", "still_there", "unit_bytes", "writing"]
+__all__ = [
+    "UnitFolder",
+    "detail_for",
+    "may_free",
+    "orphaned_jobs",
+    "still_there",
+    "unit_bytes",
+    "unit_folders",
+    "writing",
+]
 
 
 def detail_for(role: str, units: str, selects: bool, max_age: bool) -> int:
@@ -53,14 +62,23 @@ def _every_file(tree: TreePolicy) -> bool:
     return tree.units == "file" and not tree.include and not tree.exclude
 
 
-def _unit_folders(tree: TreePolicy, m: Measured) -> Iterable[tuple[str, int, float, bool]]:
-    """The unit folders right under the root, as (name, bytes, newest mtime, linked)."""
+UnitFolder = tuple[str, int, float, bool]
+
+
+def unit_folders(tree: TreePolicy, m: Measured) -> list[UnitFolder]:
+    """For ``units = "dir"``: the unit folders right under the root, as (name, bytes, newest
+    mtime, linked). A rule's required names are listed from the disk: work it out once and
+    hand it to :func:`unit_bytes` and :func:`may_free`."""
+    if tree.units != "dir":
+        return []
     root = m.folder.path
-    for c in m.children:
-        if not c.is_dir or not tree.manages(c.name):
-            continue
-        if tree.is_unit_folder(c.name, _lister(os.path.join(root, c.name))):
-            yield c.name, c.bytes, c.newest_mtime, c.linked
+    return [
+        (c.name, c.bytes, c.newest_mtime, c.linked)
+        for c in m.children
+        if c.is_dir
+        and tree.manages(c.name)
+        and tree.is_unit_folder(c.name, _lister(os.path.join(root, c.name)))
+    ]
 
 
 def _lister(path: str) -> Callable[[], Iterable[str]]:
@@ -76,13 +94,14 @@ def _lister(path: str) -> Callable[[], Iterable[str]]:
     return names
 
 
-def unit_bytes(tree: TreePolicy, m: Measured) -> int:
+def unit_bytes(tree: TreePolicy, m: Measured, units: list[UnitFolder] | None = None) -> int:
     """Allocated bytes the tree's units hold (a sweep's ``usage``): every file of a tree that
     selects none; its unit folders' trees; or the files its include/exclude leave to it."""
     if tree.role == "report" or _every_file(tree):
         return m.bytes
     if tree.units == "dir":
-        return sum(size for _, size, _, _ in _unit_folders(tree, m))
+        found = unit_folders(tree, m) if units is None else units
+        return sum(size for _, size, _, _ in found)
     return sum(size for rel, size, _ in m.files if tree.manages(rel))
 
 
@@ -95,10 +114,12 @@ def may_free(
     pressed: bool,
     orphans: Iterable[str],
     now: float,
+    units: list[UnitFolder] | None = None,
 ) -> bool:
     """False only when a dry-run sweep of ``tree`` is sure to plan nothing now (see the module
     docstring); ``usage`` from :func:`unit_bytes`, ``pressed``: its volume is below free_low,
-    ``orphans``: the folders of the ledger's jobs whose writers all died."""
+    ``orphans``: the folders of the ledger's jobs whose writers all died; ``units``: from
+    :func:`unit_folders`, if worked out already."""
     if tree.role == "report":
         return False
     if tree.role == "cache":
@@ -106,20 +127,21 @@ def may_free(
             return True
         if tree.max_age is None:
             return False
-        return _older(tree, m, now - tree.max_age)
+        return _older(tree, m, now - tree.max_age, units)
     root = m.folder.path.rstrip("/") + "/"
     if any(o.startswith(root) for o in orphans):
         return True
-    return _older(tree, m, now - tree.orphan_age)
+    return _older(tree, m, now - tree.orphan_age, units)
 
 
-def _older(tree: TreePolicy, m: Measured, cutoff: float) -> bool:
+def _older(tree: TreePolicy, m: Measured, cutoff: float, units: list[UnitFolder] | None) -> bool:
     """Whether some unit's last use may be at or before ``cutoff``."""
     need = FILES if tree.units == "file" and not _every_file(tree) else CHILDREN
     if m.folder.detail < need:
         return True  # measured with too little detail to tell
     if tree.units == "dir":
-        return any(linked or newest <= cutoff for _, _, newest, linked in _unit_folders(tree, m))
+        found = unit_folders(tree, m) if units is None else units
+        return any(linked or newest <= cutoff for _, _, newest, linked in found)
     if need == FILES:
         return any(use <= cutoff for rel, _, use in m.files if tree.manages(rel))
     return any(c.linked or c.oldest_use <= cutoff for c in m.children)
