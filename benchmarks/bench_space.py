@@ -223,6 +223,9 @@ def main() -> int:
     try:
         print(f"building {args.files:,} files in {root} ...", file=sys.stderr)
         env = build(root, args.files, args.orphans)
+        # Out of any source tree: ``python -m janitor`` puts the working folder first on
+        # sys.path, and a janitor package there would run instead of the one on PYTHONPATH.
+        os.chdir(root)
         where = folders(env)
         files, dirs = count(where)
         runs: dict[str, list[str]] = {}
@@ -245,6 +248,8 @@ def main() -> int:
                 (r["name"], r["bytes"], r["frees"]) for r in theirs[:-1]
             ]
             print(f"rows equal to the baseline's: {same}", file=sys.stderr)
+            if "source" in json.loads(outputs["baseline"]):
+                print("note: the baseline reports a source: is it another version?", file=sys.stderr)
         free_before = cores_free()
         results = [("measured now", *measure(runs, envs, args.repeat))]
         free_after = cores_free()
@@ -302,6 +307,7 @@ def main() -> int:
                     )
         print("rows: " + ", ".join(f"{r['name']} {r['bytes']} (frees {r['frees']})" for r in rows))
     finally:
+        os.chdir(HERE)
         shutil.rmtree(root, ignore_errors=True)
     return 0
 
