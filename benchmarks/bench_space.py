@@ -249,7 +249,7 @@ def main() -> int:
             ]
             print(f"rows equal to the baseline's: {same}", file=sys.stderr)
             if "source" in json.loads(outputs["baseline"]):
-                print("note: the baseline reports a source: is it another version?", file=sys.stderr)
+                print("note: the baseline reports a source: another version?", file=sys.stderr)
         free_before = cores_free()
         results = [("measured now", *measure(runs, envs, args.repeat))]
         free_after = cores_free()
