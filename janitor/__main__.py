@@ -1,5 +1,5 @@
 """``python -m janitor`` runs the CLI."""
 
-from janitor.cli.app import main
+from janitor.cli import main
 
 main()

@@ -163,6 +163,27 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
         _unmount(where)
 
 
+@pytest.fixture
+def bind(tmp_path: Path) -> Iterator[Callable[[Path, Path], Path]]:
+    """``bind(outside, where)``: ``mount --bind outside where`` (root only), undone at the end."""
+    made: list[Path] = []
+
+    def mount(outside: Path, where: Path) -> Path:
+        if os.geteuid() != 0:
+            pytest.skip("a bind mount needs root")
+        where.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "--bind", str(outside), str(where)], capture_output=True,
+                              text=True)  # fmt: skip
+        if done.returncode != 0:
+            pytest.skip(f"cannot bind-mount here: {done.stderr.strip()}")
+        made.append(where)
+        return where
+
+    yield mount
+    for where in reversed(made):
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
 def remount(mount: Path, options: str) -> None:
     """``mount -o remount,OPTIONS MOUNT`` (e.g. ``"ro"``); fails the test if it does not work."""
     subprocess.run(["mount", "-o", f"remount,{options}", str(mount)], check=True)

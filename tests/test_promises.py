@@ -9,7 +9,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -200,27 +200,6 @@ def test_a_users_janitor_moves_aside_what_an_earlier_root_run_left(
 
 
 # -- bind mounts -----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def bind(tmp_path: Path) -> Iterator[Callable[[Path, Path], Path]]:
-    """``bind(outside, where)``: ``mount --bind outside where`` (root only), undone at the end."""
-    made: list[Path] = []
-
-    def mount(outside: Path, where: Path) -> Path:
-        if os.geteuid() != 0:
-            pytest.skip("a bind mount needs root")
-        where.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["mount", "--bind", str(outside), str(where)], capture_output=True,
-                              text=True)  # fmt: skip
-        if done.returncode != 0:
-            pytest.skip(f"cannot bind-mount here: {done.stderr.strip()}")
-        made.append(where)
-        return where
-
-    yield mount
-    for where in reversed(made):
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
 def _old_files(folder: Path, n: int, size: int) -> list[Path]:

@@ -129,3 +129,64 @@ def test_the_table_names_each_row_and_the_sweep(
     assert done.returncode == 0, done.stderr
     for text in ("TMPDIR: other programs' files", "everything else on the volume", "sweep frees"):
         assert text in done.stdout, done.stdout
+
+
+# -- with a daemon --------------------------------------------------------------------------------
+
+
+def _rows(out: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """Each volume's rows but the rest of the volume (free space moves), as (name, bytes, frees)."""
+    return sorted(
+        (r["name"], r["bytes"], r["frees"])
+        for v in out["volumes"]
+        for r in v["rows"]
+        if r["path"] is not None
+    )
+
+
+def test_with_a_daemon_it_shows_the_daemons_report_unless_fresh(tmp_path: Path) -> None:
+    from ._daemon_helpers import daemon_setup, running_daemon, uds_client
+
+    with daemon_setup(tmp_path, tree={"quota": "20MiB"}) as setup:
+        put(setup.tree / ("b" * 24 + ".wav"), 3 * MiB)
+        put(setup.root / "home" / "tmp" / "theirs.bin", MiB)
+        with running_daemon(setup):
+
+            def space_json(*args: str, **env: str | None) -> dict[str, Any]:
+                done = setup.run_cli("space", "--json", *args, **env)
+                assert done.returncode == 0, done.stderr
+                return dict(json.loads(done.stdout))
+
+            served = space_json()
+            assert served["source"] == "daemon"
+            assert time.time() - served["measured_at"] < 60
+            fresh = space_json("--fresh")
+            assert fresh["source"] == "walk" and fresh["measured_at"] >= served["measured_at"]
+            assert _rows(served) == _rows(fresh)
+            table = setup.run_cli("space", COLUMNS="200")
+            assert "measured by the daemon" in table.stdout, table.stdout
+            assert table.returncode == 0, table.stderr
+
+            # Asked for a report no older than 0 s, the daemon measures again
+            with uds_client(setup.socket) as client:
+                again = client.get("/v1/space", params={"max_age": 0}).json()
+                assert again["measured_at"] > served["measured_at"]
+                assert client.get("/v1/space", params={"max_age": -1}).status_code == 422
+            # Another environment (TMPDIR elsewhere): not what the daemon measured
+            other = tmp_path / "other-tmp"
+            other.mkdir()
+            assert space_json(TMPDIR=str(other))["source"] == "walk"
+            # The policy file changed since the daemon's report: the command measures
+            setup.write_policy(trees={"cache": {**setup.trees["cache"], "quota": "30MiB"}})
+            assert space_json()["source"] == "walk"
+
+
+def test_a_bad_policy_is_one_line_and_exit_2(run_cli: Cli, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[trees.x]\nrole = "cache"\npath = "{tmp_path / "x"}"\nquota = "lots"\n')
+    for args in (("--policy", str(bad), "space", "--json"), ("--policy", str(bad), "space")):
+        done = run_cli(*args)
+        assert done.returncode == 2, done
+        assert done.stdout == "" and "Traceback" not in done.stderr
+        assert done.stderr.startswith("janitor: error: policy file"), done.stderr
+        assert done.stderr.count("\n") == 1

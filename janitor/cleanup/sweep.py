@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from janitor.admission.jobs import reap_jobs, writer_alive
+from janitor.admission.jobs import reap_jobs
 from janitor.admission.reserve import live_reservations, reap
 from janitor.admission.volume import Volume
 from janitor.cleanup.delete import Report, apply
+from janitor.cleanup.glance import still_there, writing
 from janitor.cleanup.plan import Plan, Protection, Reason, plan_pressure, plan_tree, plan_units
 from janitor.cleanup.scan import Snapshot, display_path, scan
 from janitor.cleanup.units import UnitTable, group_units
@@ -30,7 +31,6 @@ from janitor.errors import LedgerError
 from janitor.host.inuse import lock_held, locked_inodes, open_inodes, prepare_leases
 from janitor.host.space import volume_stats
 from janitor.ledger.db import Ledger
-from janitor.ledger.jobs import JobInfo
 
 __all__ = [
     "EmergencyResult",
@@ -189,11 +189,11 @@ def _protection(
     orphans: set[str] = set()
     sources: set[str] = set()
     for job in jobs:
-        if job.state == "live" and any(writer_alive(w) for w in job.writers):
+        if writing(job):
             live.add(job.folder)
             # What a live job reads stays for the job's life, whichever writer pinned it.
             sources.update(s.source for s in job.sources if s.pin)
-        elif _still(job) and not job.foreign:
+        elif still_there(job) and not job.foreign:
             orphans.add(job.folder)
     live.update(_active_staging(scanned))
     if opened is None:
@@ -221,15 +221,6 @@ def _active_staging(scanned: Scanned) -> set[str]:
         ids = active_jobs(jobs_db())
         folders.update(os.path.join(snap.root, i) for i in ids or ())
     return folders
-
-
-def _still(job: JobInfo) -> bool:
-    """True while the job's folder is the one recorded (not one made anew with its name)."""
-    try:
-        st = os.lstat(job.folder)
-    except OSError:
-        return False
-    return (st.st_dev, st.st_ino) == (job.device, job.ino)
 
 
 def _holds_entries(tree: TreePolicy) -> bool:

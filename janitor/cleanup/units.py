@@ -30,7 +30,7 @@ import numpy.typing as npt
 from janitor.cleanup.group_keys import group_keys, match_key, suffix_form
 from janitor.cleanup.hf_units import revision_key, revisions
 from janitor.cleanup.scan import Entry, Snapshot, gc_paused
-from janitor.config.policy import TreePolicy
+from janitor.config.policy import TreePolicy, glob_regex
 
 __all__ = ["LazySequence", "Unit", "UnitTable", "column", "group_units", "unit_key_for"]
 
@@ -80,9 +80,7 @@ _IFMT = 0o170000  # the file-type bits of st_mode
 
 
 def _globs(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
-    if not patterns:
-        return None
-    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+    return glob_regex(tuple(patterns))
 
 
 def unit_key_for(tree: TreePolicy, rel: str) -> str:

@@ -8,14 +8,13 @@ Only light modules are imported here: ``janitor --help`` loads this for every co
 from __future__ import annotations
 
 import gc
-import json
-import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+
+from janitor.cli.light import own_state_dir, print_json, say
 
 if TYPE_CHECKING:
     from janitor.config.settings import Settings
@@ -32,6 +31,7 @@ __all__ = [
     "lasting",
     "open_janitor",
     "open_ledger",
+    "own_state_dir",
     "owner",
     "print_json",
     "say",
@@ -60,24 +60,6 @@ DryRunOpt = Annotated[
 ]
 
 
-def say(message: str) -> None:
-    """One message on stderr, prefixed ``janitor:``: one line into a pipe or a log, whole;
-    in a terminal, wrapped to its width (between words; a path longer than the width is
-    broken), the lines after the first indented."""
-    line = f"janitor: {message}"
-    try:
-        width = os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else 0
-    except (OSError, ValueError):
-        width = 0
-    if 20 <= width < len(line):
-        import textwrap
-
-        line = textwrap.fill(
-            line, width, subsequent_indent="  ", break_on_hyphens=False, break_long_words=True
-        )
-    print(line, file=sys.stderr)
-
-
 def fail(message: str, code: int) -> NoReturn:
     """Say ``error: message`` and end the command with exit ``code``."""
     say(f"error: {message}")
@@ -97,11 +79,6 @@ def at_least(minimum: float) -> Callable[[typer.CallbackParam, Any], Any]:
         return value
 
     return check
-
-
-def print_json(data: Any) -> None:
-    """``data`` as indented JSON on stdout."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
 def settings() -> Settings:
@@ -130,16 +107,6 @@ def open_ledger(s: Settings) -> Ledger:
     ledger = Ledger(s.ledger_path, lock_timeout=s.lock_timeout_s)
     G.ledgers.append(ledger)
     return ledger
-
-
-def own_state_dir(s: Settings) -> None:
-    """Root is refused in another user's state dir; a user's state dir is rid of what an
-    earlier root run left there, saying so (janitor.config.state_dir)."""
-    from janitor.config.state_dir import refuse_root, repair
-
-    refuse_root(s.state_dir)
-    for line in repair(s.state_dir):
-        say(f"note: {line}")
 
 
 def owner(owner_pid: int | None) -> Owner:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from janitor.cli.common import (
+    G,
     JsonOpt,
     at_least,
     lasting,
@@ -54,26 +55,27 @@ def status(
         pass
 
 
-def space(as_json: JsonOpt = False) -> None:
+def space(
+    as_json: JsonOpt = False,
+    fresh: Annotated[
+        bool,
+        typer.Option("--fresh", help="Measure now, even when the daemon has a recent report."),
+    ] = False,
+) -> None:
     """Why is my disk full: what takes each volume's space, largest first.
 
     Each tree (and what a sweep would free there now), the pipeline's folders that no tree
     manages (models, a media cache elsewhere), TMPDIR's other files, and the rest of the
-    volume as one row. Measured now, without crossing into other mounts; changes nothing.
+    volume as one row. Measured now, or the daemon's report of the last minutes (its age
+    shown); never crossing into other mounts; changes nothing.
     """
-    from janitor.usage import space_report
+    from janitor.cli.quick import SpaceArgs
+    from janitor.cli.quick import space as run
 
-    jan = open_janitor()
-    report = space_report(jan)
-    if as_json:
-        print_json({"volumes": [v.as_dict() for v in report]})
-        return
-    from janitor.cli.layout import layout_width, screen
-    from janitor.cli.view import render_space
-
-    out = screen()
-    for part in render_space(report, layout_width(out)):
-        out.print(part)
+    config, policy = (str(p) if p is not None else None for p in (G.config, G.policy))
+    code = run(SpaceArgs(config, policy, as_json, fresh))
+    if code:
+        raise typer.Exit(code)
 
 
 def log_(

@@ -19,10 +19,10 @@ Paths expand ``${VAR}``, ``${VAR:-fallback}``, ``~`` and the placeholders ``{use
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
 import re
-import tempfile
 import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -43,6 +43,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
+from janitor.config.paths import expand_path
 from janitor.errors import ConfigError, PolicyError, UnknownTree
 from janitor.humanize import plural
 from janitor.sizes import format_size, parse_duration, parse_size
@@ -55,6 +56,7 @@ __all__ = [
     "TreePolicy",
     "VolumePolicy",
     "expand_path",
+    "glob_regex",
     "hf_hub_installed",
     "load_policy",
 ]
@@ -126,10 +128,6 @@ def hf_hub_installed() -> bool:
         return False
 
 
-_PLACEHOLDER_RE = re.compile(r"(?<!\$)\{([a-z_]+)\}")
-#: ``${VAR}`` or ``${VAR:-fallback}`` with no ``${`` inside: expanded innermost first, so a
-#: fallback may hold another (``${HF_HUB_CACHE:-${HF_HOME:-~/.cache/huggingface}/hub}``).
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-((?:(?!\$\{)[^}])*))?\}")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _BARE_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -202,50 +200,13 @@ Size = Annotated[SizeSpec, BeforeValidator(SizeSpec.parse)]
 Duration = Annotated[float, BeforeValidator(_duration)]
 
 
-def expand_path(raw: str) -> Path:
-    """Expand ``${VAR:-fallback}``, ``{user_data_dir}``-style placeholders and ``~``; absolute.
-
-    ``"${BATCHALIGN_MEDIA_CACHE_DIR:-{user_data_dir}/batchalign3/media_cache}"`` is
-    ``~/.local/share/batchalign3/media_cache`` on Linux when the variable is unset, and
-    ``~/Library/Application Support/batchalign3/media_cache`` on macOS.
-    """
-
-    def env(m: re.Match[str]) -> str:
-        name, fallback = m.group(1), m.group(2)
-        value = os.environ.get(name)
-        if value:
-            return value
-        if fallback is None:
-            raise ValueError(f"environment variable {name} is not set (write ${{{name}:-...}})")
-        return fallback
-
-    # Placeholders first, so a fallback may use them; a variable's value is taken verbatim.
-    text = _PLACEHOLDER_RE.sub(_placeholder, raw)
-    while True:
-        expanded = _ENV_RE.sub(env, text)
-        if expanded == text:
-            break
-        text = expanded
-    path = Path(os.path.expanduser(text))
-    if not path.is_absolute():
-        raise ValueError("not an absolute path; start it with /, ~ or a placeholder such as {home}")
-    return Path(os.path.normpath(path))
-
-
-def _placeholder(m: re.Match[str]) -> str:
-    import platformdirs
-
-    name = m.group(1)
-    table: dict[str, Callable[[], str]] = {
-        "user_data_dir": platformdirs.user_data_dir,
-        "user_cache_dir": platformdirs.user_cache_dir,
-        "user_config_dir": platformdirs.user_config_dir,
-        "tmp": tempfile.gettempdir,
-        "home": lambda: str(Path.home()),
-    }
-    if name not in table:
-        raise ValueError(f"unknown placeholder {{{name}}}; use one of {', '.join(sorted(table))}")
-    return str(table[name]())
+@functools.lru_cache(maxsize=256)
+def glob_regex(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One regex matching what any of the globs matches (``*`` crosses ``/``, as
+    ``fnmatch``'s does); None for no globs."""
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
 
 
 class _Model(BaseModel):
@@ -481,6 +442,14 @@ class TreePolicy(_Model):
             if any(fnmatch.fnmatchcase(n, pat) for n in inside for pat in requires):
                 return True
         return False
+
+    def manages(self, rel: str) -> bool:
+        """Whether ``include`` and ``exclude`` leave path ``rel`` (relative to the root; for
+        ``units = "dir"``, a unit folder's name) to this tree."""
+        include, exclude = glob_regex(self.include), glob_regex(self.exclude)
+        if include is not None and not include.match(rel):
+            return False
+        return exclude is None or not exclude.match(rel)
 
     def quota_bytes(self, volume_total: int) -> int | None:
         """The quota in bytes (a percentage is of the volume), or None."""

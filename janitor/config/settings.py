@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import tomllib
-import warnings
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -25,43 +24,20 @@ from pydantic_settings import (
 )
 
 from janitor.config.listen import ListenAddress, parse_listen
+from janitor.config.paths import (
+    APP_NAME,
+    default_config_path,
+    default_runtime_dir,
+    default_state_dir,
+    shipped_policy_path,
+)
 from janitor.errors import ConfigError
 from janitor.sizes import MAX_DURATION_S
 
 __all__ = ["APP_NAME", "Settings", "default_config_path", "shipped_policy_path"]
 
-APP_NAME = "space-janitor"
 
 _config_values: ContextVar[dict[str, Any] | None] = ContextVar("_config_values", default=None)
-
-
-def default_config_path() -> Path:
-    """``~/.config/space-janitor/config.toml`` on Linux; the platform's user config dir."""
-    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)) / "config.toml"
-
-
-def shipped_policy_path() -> Path:
-    """The default policy, ``batchalign3.toml``, as installed inside the package (or the repo)."""
-    here = Path(__file__).resolve().parent.parent  # the janitor package
-    for candidate in (
-        here / "policies" / "batchalign3.toml",
-        here.parent / "policies" / "batchalign3.toml",
-    ):
-        if candidate.is_file():
-            return candidate
-    return here / "policies" / "batchalign3.toml"
-
-
-def _default_state_dir() -> Path:
-    return Path(platformdirs.user_state_dir(APP_NAME, appauthor=False))
-
-
-def _default_runtime_dir() -> Path:
-    # Without XDG_RUNTIME_DIR (root shells, containers) platformdirs warns and falls back to
-    # /tmp/runtime-$UID; that fallback is fine for a socket, so the warning is noise here.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return Path(platformdirs.user_runtime_dir(APP_NAME, appauthor=False))
 
 
 def _default_log_dir() -> Path:
@@ -90,8 +66,8 @@ class Settings(BaseSettings):
         default=None,
         description="Policy file; default: policy.toml in the config dir, else the shipped one.",
     )
-    state_dir: Path = Field(default_factory=_default_state_dir)
-    runtime_dir: Path = Field(default_factory=_default_runtime_dir)
+    state_dir: Path = Field(default_factory=default_state_dir)
+    runtime_dir: Path = Field(default_factory=default_runtime_dir)
     log_dir: Path = Field(default_factory=_default_log_dir)
     default_ttl_s: float = Field(
         default=3600.0,

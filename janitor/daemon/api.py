@@ -27,7 +27,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 
-from fastapi import Body, FastAPI, Request
+from fastapi import Body, FastAPI, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -45,6 +45,8 @@ from janitor.errors import (
     UnknownPin,
     UnknownReservation,
 )
+from janitor.sizes import MAX_DURATION_S
+from janitor.usage import SPACE_MAX_AGE_S
 
 if TYPE_CHECKING:
     from janitor.config.settings import Settings
@@ -85,6 +87,10 @@ class DaemonView(Protocol):
 
     def metrics_text(self) -> bytes:
         """The Prometheus exposition, measured now."""
+        ...
+
+    def space_report(self, max_age: float) -> dict[str, Any]:
+        """The last ``janitor space`` report, measured again if older than ``max_age`` s."""
         ...
 
 
@@ -678,6 +684,15 @@ def create_app(daemon: DaemonView, offload: Offload | None = None) -> FastAPI:
             return _dumps(jsonable_encoder(st))
 
         return _json(await off.run(work))
+
+    @app.get("/v1/space", response_model=dict[str, Any], responses=errors)
+    async def space(
+        max_age: Annotated[float, Query(ge=0, le=MAX_DURATION_S)] = SPACE_MAX_AGE_S,
+    ) -> Response:
+        """What takes each volume's space (`janitor space --json`'s volumes), as the daemon
+        last measured it (again first, when that is more than ``max_age`` seconds ago), and
+        what it was measured for: policy file and version, state folder, folders walked."""
+        return _json(await off.run(lambda: _dumps(daemon.space_report(max_age))))
 
     @app.post("/v1/sweep", response_model=dict[str, Any], responses=errors)
     async def sweep(req: Annotated[SweepRequest | None, Body()] = None) -> Response:

@@ -137,6 +137,7 @@ class Daemon:
         scheduler.every(s.reap_interval_s, reaper.reap, name="reap", delay=0.5)
         if keeps:
             scheduler.every(s.sweep_interval_s, sweeper.sweep_all, name="sweep", delay=1.0)
+            scheduler.every(s.sweep_interval_s, view.space.refresh, name="space", delay=2.0)
             # Changed trees are swept when the watcher reports them, not by a poll; the policy
             # file is watched too, and also compared here (a symlinked or unwatchable file).
             scheduler.every(REARM_INTERVAL_S, reloader.rearm, name="rearm")
@@ -173,8 +174,7 @@ class Daemon:
             if wakeup.hup_requested:
                 wakeup.hup_requested = False
                 self._reload.set()
-            # A reload request, a policy file event or the periodic check saw a new mtime;
-            # reloads run here only, one at a time (they replace the watcher).
+            # A reload request, a file event or rearm saw a new mtime: reloads run here only.
             check_policy()
 
     def stop(self) -> None:

@@ -15,6 +15,7 @@ from janitor.config.settings import Settings
 from janitor.core import Janitor
 from janitor.daemon.events import EventBus
 from janitor.daemon.metrics import DaemonState, render
+from janitor.daemon.space import SpaceKeeper
 from janitor.status import Status
 
 __all__ = ["LiveView"]
@@ -30,12 +31,14 @@ class LiveView:
         bus: EventBus,
         state: DaemonState,
         registry: CollectorRegistry,
+        space: SpaceKeeper | None = None,
     ) -> None:
         self.janitor = janitor
         self.settings = settings
         self.bus = bus
         self.state = state
         self.registry = registry
+        self.space = space if space is not None else SpaceKeeper(janitor, settings)
 
     def refresh(self) -> Status:
         """Measure every volume now and bring the published numbers up to date with it.
@@ -58,6 +61,10 @@ class LiveView:
                 vs.live = sum(1 for r in status.reservations if r.device == v.device)
                 vs.at_risk = at_risk.get(v.device, 0)
         return status
+
+    def space_report(self, max_age: float) -> dict[str, Any]:
+        """The last ``janitor space`` report, measured again if older than ``max_age`` s."""
+        return self.space.report(max_age)
 
     def metrics_text(self) -> bytes:
         """The Prometheus exposition, measured now (see refresh)."""

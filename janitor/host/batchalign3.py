@@ -11,7 +11,6 @@ Nothing here writes into batchalign3's folders, and ``jobs.db`` is opened read-o
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import tempfile
@@ -109,6 +108,8 @@ def local_server(port: int, *, timeout: float = HEALTH_TIMEOUT_S) -> Health | No
     ``timeout`` seconds. Anything else (refused, slow, not JSON) is no server: the CLI then
     runs the job itself.
     """
+    import http.client  # here: known_paths() is asked at start-up (janitor.cli.early)
+
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         conn.request("GET", "/health", headers={"Accept": "application/json"})

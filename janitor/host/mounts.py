@@ -49,12 +49,13 @@ _table: tuple[float, list[str]] = (-1.0, [])
 TABLE_TTL_S = 1.0
 
 
-def mount_points() -> list[str]:
-    """Every mount point this process sees, as paths (read at most once a second)."""
+def mount_points(*, fresh: bool = False) -> list[str]:
+    """Every mount point this process sees, as paths (read at most once a second, unless
+    ``fresh``)."""
     global _table
     at, points = _table
     now = time.monotonic()
-    if now - at < TABLE_TTL_S:
+    if now - at < TABLE_TTL_S and not fresh:
         return points
     points = _read_table()
     _table = (now, points)
@@ -75,10 +76,12 @@ def _read_table() -> list[str]:
         return []
 
 
-def mounts_under(top: str) -> frozenset[str]:
-    """The mount points strictly below ``top`` (``top`` itself is where a walk starts)."""
+def mounts_under(top: str, *, fresh: bool = False) -> frozenset[str]:
+    """The mount points strictly below ``top`` (``top`` itself is where a walk starts); with
+    ``fresh``, from the mount table as it is now."""
     base = os.path.normpath(top).rstrip("/") + "/"
-    return frozenset(p for p in (os.path.normpath(m) for m in mount_points()) if p.startswith(base))
+    points = (os.path.normpath(m) for m in mount_points(fresh=fresh))
+    return frozenset(p for p in points if p.startswith(base))
 
 
 class Boundary(ABC):
