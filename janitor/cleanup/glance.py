@@ -97,7 +97,9 @@ def _lister(path: str) -> Callable[[], Iterable[str]]:
 def unit_bytes(tree: TreePolicy, m: Measured, units: list[UnitFolder] | None = None) -> int:
     """Allocated bytes the tree's units hold (a sweep's ``usage``): every file of a tree that
     selects none; its unit folders' trees; or the files its include/exclude leave to it."""
-    if tree.role == "report" or _every_file(tree):
+    if tree.role == "report" or _every_file(tree) or tree.units == "hf_revision":
+        # A Hugging Face cache's revisions add up to the whole cache, less its lock files and
+        # refs: at most this, so a quota it is over is one a dry run is asked about.
         return m.bytes
     if tree.units == "dir":
         found = unit_folders(tree, m) if units is None else units
@@ -123,6 +125,7 @@ def may_free(
     if tree.role == "report":
         return False
     if tree.role == "cache":
+        pressed = pressed and tree.units != "hf_revision"  # revisions go for their quota only
         if pressed or (quota is not None and usage > quota):
             return True
         if tree.max_age is None:
