@@ -17,9 +17,10 @@
    on ``PATH``: the guard wraps ffmpeg only, so this finds the same ffprobe, one ``stat`` later).
    Interleaved with ``python -IS -c pass``, the interpreter start the guard cannot avoid.
    Target: the guard adds at most 15 ms to ``-version`` (Python's start-up and an ``exec``).
-3. ``janitor run --media FOLDER -- true`` over 100 media files with nothing remembered (a cold
-   probe cache each round): target at most 2 s on 2 cores. Baselines: ffprobe over the same
-   files one after another, and ``python -c pass``.
+3. ``janitor run --no-daemon --media FOLDER -- true`` over 100 media files with nothing
+   remembered (a cold probe cache each round): target at most 2 s on 2 cores. Baselines:
+   ffprobe over the same files one after another, and ``python -c pass``. Then what a run's
+   own daemon costs once: ``janitor run -- true`` beside ``janitor run --no-daemon -- true``.
 
 Everything runs in a throw-away sandbox (its own policy, state, cache, runtime and log
 folders); the user's ledger and config are never touched.
@@ -263,15 +264,24 @@ def bench_preflight(root: Path, env: dict[str, str], files: int, rounds: int) ->
     for _ in range(rounds):
         shutil.rmtree(probes, ignore_errors=True)
         t = time.perf_counter()
-        done = subprocess.run([janitor_bin(), "run", "--media", str(media), "--", "true"],
-                              env=env, capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run([janitor_bin(), "run", "--no-daemon", "--media", str(media), "--",
+                               "true"], env=env, capture_output=True, text=True)  # fmt: skip
         cold.append(time.perf_counter() - t)
         if done.returncode != 0 or f"{files} media files" not in done.stderr:
             raise SystemExit(f"bench: janitor run failed: {done.stderr}")
     t = time.perf_counter()
-    subprocess.run([janitor_bin(), "run", "--media", str(media), "--", "true"], env=env,
-                   capture_output=True, check=True)  # fmt: skip
+    subprocess.run([janitor_bin(), "run", "--no-daemon", "--media", str(media), "--", "true"],
+                   env=env, capture_output=True, check=True)  # fmt: skip
     warm = time.perf_counter() - t
+    # What a run's own daemon costs once (started, waited for, stopped), against --no-daemon:
+    # it pays for itself from the few guarded calls it saves ~145 ms each.
+    own: dict[str, list[float]] = {"daemon": [], "no-daemon": []}
+    for _ in range(5):
+        for mode in own:
+            t = time.perf_counter()
+            subprocess.run([janitor_bin(), "run", f"--{mode}", "--", "true"], env=env,
+                           capture_output=True, check=True)  # fmt: skip
+            own[mode].append(time.perf_counter() - t)
     t = time.perf_counter()
     for f in sorted(media.iterdir()):
         subprocess.run([FFPROBE, "-v", "error", "-show_entries", "format=duration", "-of",
@@ -281,7 +291,9 @@ def bench_preflight(root: Path, env: dict[str, str], files: int, rounds: int) ->
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     bare_python = time.perf_counter() - t
     return {"cold_median_s": statistics.median(cold), "cold_max_s": max(cold), "warm_s": warm,
-            "ffprobe_serial_s": serial, "python_pass_s": bare_python}  # fmt: skip
+            "ffprobe_serial_s": serial, "python_pass_s": bare_python,
+            "run_own_daemon_s": statistics.median(own["daemon"]),
+            "run_no_daemon_s": statistics.median(own["no-daemon"])}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -357,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
                  f"<= {TARGET_PREFLIGHT_S:g} s", "meets" if pre_ok else "MISSES"))  # fmt: skip
     rows.append(("janitor run --media, probes remembered", f"{pre['warm_s']:.2f} s", "-", "-",
                  "-", "-"))  # fmt: skip
+    rows.append(("janitor run -- true, its own daemon (the default)",
+                 f"{pre['run_own_daemon_s']:.2f} s", "-",
+                 f"--no-daemon {pre['run_no_daemon_s']:.2f} s", "-", "-"))  # fmt: skip
     rows.append(("python -c pass", f"{pre['python_pass_s'] * 1e3:.1f} ms", "-", "-", "-", "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
