@@ -41,6 +41,7 @@ from typing import Any
 
 import pytest
 
+from janitor.core import Janitor
 from janitor.ledger.db import Ledger
 
 MiB = 1024 * 1024
@@ -341,6 +342,27 @@ def write_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..
         return path
 
     return write
+
+
+#: ``jan_for({"name": tree_table, ...}, floor=..., volume=...) -> Janitor``.
+JanFor = Callable[..., Janitor]
+
+
+@pytest.fixture
+def jan_for(write_policy: Callable[..., Path]) -> Iterator[JanFor]:
+    """``jan_for({"name": tree_table, ...}, floor=..., volume=...) -> Janitor`` on a fresh
+    policy (isolated state; floor 1 MiB unless given); each ledger closed at the end."""
+    made: list[Janitor] = []
+
+    def make(trees: dict[str, Any], **kwargs: Any) -> Janitor:
+        kwargs.setdefault("floor", "1MiB")
+        jan = Janitor.from_settings(policy=write_policy(trees, **kwargs))
+        made.append(jan)
+        return jan
+
+    yield make
+    for jan in made:
+        jan.ledger.close()
 
 
 @dataclass

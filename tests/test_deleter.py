@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,24 +34,7 @@ from ._enforce_helpers import (
     scratch_tree,
     set_age,
 )
-
-JanFor = Callable[..., Janitor]
-
-
-@pytest.fixture
-def jan_for(write_policy: Callable[..., Path]) -> Iterator[JanFor]:
-    """``jan_for({"name": tree_table, ...}) -> Janitor`` on a fresh policy (isolated state)."""
-    made: list[Janitor] = []
-
-    def make(trees: dict[str, Any], **kwargs: Any) -> Janitor:
-        kwargs.setdefault("floor", "1MiB")
-        jan = Janitor.from_settings(policy=write_policy(trees, **kwargs))
-        made.append(jan)
-        return jan
-
-    yield make
-    for jan in made:
-        jan.ledger.close()
+from .conftest import JanFor
 
 
 def _cache(jan_for: JanFor, root: Path, **keys: Any) -> Janitor:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +25,9 @@ from janitor.host.batchalign3 import known_paths
 from janitor.host.sizewalk import SizeWalk
 from janitor.usage import TreeSpec, plan_folders, tree_specs
 
+from .conftest import JanFor
+
 DAY = 86400.0
-JanFor = Callable[..., Janitor]
-
-
-@pytest.fixture
-def jan_for(write_policy: Callable[..., Path]) -> Iterator[JanFor]:
-    made: list[Janitor] = []
-
-    def make(trees: dict[str, Any], **kwargs: Any) -> Janitor:
-        kwargs.setdefault("floor", "1MiB")
-        jan = Janitor.from_settings(policy=write_policy(trees, **kwargs))
-        made.append(jan)
-        return jan
-
-    yield make
-    for jan in made:
-        jan.ledger.close()
 
 
 def _age(path: Path, days: float) -> None:

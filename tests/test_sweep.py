@@ -9,9 +9,8 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,24 +32,7 @@ from ._enforce_helpers import (
     run_janitor,
     scratch_tree,
 )
-
-JanFor = Callable[..., Janitor]
-
-
-@pytest.fixture
-def jan_for(write_policy: Callable[..., Path]) -> Iterator[JanFor]:
-    """``jan_for({"name": tree_table, ...}, floor=..., volume=...) -> Janitor``."""
-    made: list[Janitor] = []
-
-    def make(trees: dict[str, Any], **kwargs: Any) -> Janitor:
-        kwargs.setdefault("floor", "1MiB")
-        jan = Janitor.from_settings(policy=write_policy(trees, **kwargs))
-        made.append(jan)
-        return jan
-
-    yield make
-    for jan in made:
-        jan.ledger.close()
+from .conftest import JanFor
 
 
 def _deleted_paths(jan: Janitor, reason: str | None = None) -> list[str]:
