@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Two versions of the janitor side by side: each benchmark run alternately from this source
+tree and from a baseline commit's, in one session; prints one table per benchmark, exits 0
+(not a test).
+
+This VM's speed drifts by up to a factor of 2 within an hour, so numbers from different runs
+cannot be compared; alternating the two versions run by run (the order swapped each round)
+spreads the drift over both. Each benchmark runs as its own script from its own version's
+source tree (``git archive REF``), with that tree first on ``PYTHONPATH``: each version is
+measured by its own benchmark code, and the numbers both write with ``--json`` are compared
+key by key (the median over the rounds; a list of numbers counts as its median). A key only one
+version writes is shown with a dash. ``within`` says whether the new median is no more than
+``--tolerance`` worse, for numbers where higher or lower is known to be better by their name
+(``*_s``, ``*_ms``, ``p50``..., ``per_s``, ``rate``); other numbers (counts, sizes) are shown
+for reference.
+
+    python benchmarks/compare.py --baseline 3ea629b                  # all four, 3 rounds
+    python benchmarks/compare.py --baseline main~1 --only guard --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE.parent
+
+#: Each benchmark and the arguments that keep one run of it to a minute or two.
+BENCHES: dict[str, list[str]] = {
+    "reserve": ["--quick"],
+    "sweep": ["--files", "50000", "--delete", "20000", "--repeat", "1"],
+    "daemon": ["--quick"],
+    "guard": ["--runs", "20", "--rounds", "2"],
+}
+
+_LOWER = re.compile(r"(^|[_.\[])(p\d+|median|mean|max|min)?.*(_s|_ms|_us|seconds|ms|cpu)(\]|$)")
+_HIGHER = re.compile(r"(per_s|rate|throughput|pairs_s|files_s|mb_s)")
+
+
+def export(ref: str, into: Path) -> Path:
+    """The source tree of ``ref`` in ``into``, its bytecode compiled as an install has it."""
+    archive = subprocess.run(
+        ["git", "-C", str(SOURCE), "archive", ref], capture_output=True, check=True
+    ).stdout
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(into / "janitor")], check=True)
+    return into
+
+
+def flatten(value: Any, key: str = "") -> dict[str, float]:
+    """Every number in a JSON value, by its path (``a.b``); a list of numbers as its median."""
+    out: dict[str, float] = {}
+    if isinstance(value, bool):
+        return out
+    if isinstance(value, (int, float)):
+        out[key] = float(value)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            out.update(flatten(v, f"{key}.{k}" if key else str(k)))
+    elif isinstance(value, list):
+        numbers = [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if numbers and len(numbers) == len(value):
+            out[f"{key}[median]"] = float(statistics.median(numbers))
+        else:
+            for i, v in enumerate(value):
+                out.update(flatten(v, f"{key}[{i}]"))
+    return out
+
+
+def run_once(bench: str, source: Path, args: list[str], work: Path) -> dict[str, float]:
+    """One run of ``bench`` from ``source``; the numbers it wrote."""
+    out = work / f"{bench}-{source.name}-{time.monotonic_ns()}.json"
+    env = {**os.environ, "PYTHONPATH": str(source)}
+    script = source / "benchmarks" / f"bench_{bench}.py"
+    done = subprocess.run(
+        [sys.executable, str(script), *args, "--json", str(out)],
+        cwd=work,  # not a source tree: `python -m` would put it first on sys.path
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0 or not out.exists():
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise SystemExit(f"bench_{bench} from {source} failed ({done.returncode}): {tail}")
+    return flatten(json.loads(out.read_text()))
+
+
+def better(key: str) -> str | None:
+    """'lower' or 'higher' when the key's name says which is better, else None."""
+    k = key.lower()
+    if _HIGHER.search(k):
+        return "higher"
+    if _LOWER.search(k):
+        return "lower"
+    return None
+
+
+def change(base: float, new: float, way: str | None, tolerance: float) -> tuple[str, bool | None]:
+    """The change from base to new in percent, and whether it is within the tolerance."""
+    if base == 0:
+        return ("-", None) if new == 0 else ("new", None)
+    pct = (new - base) / abs(base) * 100
+    if way is None:
+        return f"{pct:+.1f} %", None
+    worse = pct if way == "lower" else -pct
+    return f"{pct:+.1f} %", worse <= tolerance
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", required=True, help="the commit to compare with (a git ref)")
+    ap.add_argument("--rounds", type=int, default=3, help="runs of each version (default 3)")
+    ap.add_argument("--only", default=",".join(BENCHES), help="benchmarks, comma-separated")
+    ap.add_argument("--tolerance", type=float, default=10.0, help="percent (default 10)")
+    ap.add_argument("--all-keys", action="store_true", help="also keys of unknown direction")
+    args = ap.parse_args()
+    benches = [b.strip() for b in args.only.split(",") if b.strip()]
+    unknown = [b for b in benches if b not in BENCHES]
+    if unknown:
+        raise SystemExit(f"unknown benchmark {unknown[0]!r}: choose from {', '.join(BENCHES)}")
+    work = Path(tempfile.mkdtemp(prefix="janitor-compare-"))
+    try:
+        base = export(args.baseline, work / "baseline")
+        new = SOURCE
+        numbers: dict[str, dict[str, list[dict[str, float]]]] = {
+            b: {"baseline": [], "new": []} for b in benches
+        }
+        for r in range(args.rounds):
+            for bench in benches:
+                order = [("baseline", base), ("new", new)]
+                if r % 2:
+                    order.reverse()
+                for label, source in order:
+                    print(f"round {r + 1}/{args.rounds}: bench_{bench} ({label})", file=sys.stderr)
+                    numbers[bench][label].append(run_once(bench, source, BENCHES[bench], work))
+        console = Console(width=150)
+        misses = 0
+        for bench in benches:
+            runs = numbers[bench]
+            keys = sorted({k for d in runs["baseline"] + runs["new"] for k in d})
+            table = Table(
+                title=f"bench_{bench}: baseline {args.baseline} vs this tree, "
+                f"median of {args.rounds} alternated runs"
+            )
+            for col in ("number", "baseline", "new", "change", "better", "within"):
+                table.add_column(col)
+            for key in keys:
+                way = better(key)
+                if way is None and not args.all_keys:
+                    continue
+                b = [d[key] for d in runs["baseline"] if key in d]
+                n = [d[key] for d in runs["new"] if key in d]
+                if not b or not n:
+                    table.add_row(key, _fmt(b), _fmt(n), "-", way or "?", "-")
+                    continue
+                text, ok = change(statistics.median(b), statistics.median(n), way, args.tolerance)
+                misses += ok is False
+                verdict = "-" if ok is None else ("yes" if ok else "NO")
+                table.add_row(key, _fmt(b), _fmt(n), text, way or "?", verdict)
+            console.print(table)
+        print(f"{misses} number(s) more than {args.tolerance:g} % worse")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _fmt(values: list[float]) -> str:
+    if not values:
+        return "-"
+    m = statistics.median(values)
+    return f"{m:.4g}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
