@@ -63,7 +63,8 @@ def export(ref: str, into: Path) -> Path:
 
 
 def flatten(value: Any, key: str = "") -> dict[str, float]:
-    """Every number in a JSON value, by its path (``a.b``); a list of numbers as its median."""
+    """Every number in a JSON value, by its path (``a.b``); a list of numbers as its median, a
+    table's row by its ``measurement`` (``rows[cut, through the daemon]``)."""
     out: dict[str, float] = {}
     if isinstance(value, bool):
         return out
@@ -76,9 +77,12 @@ def flatten(value: Any, key: str = "") -> dict[str, float]:
         numbers = [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
         if numbers and len(numbers) == len(value):
             out[f"{key}[median]"] = float(statistics.median(numbers))
-        else:
-            for i, v in enumerate(value):
-                out.update(flatten(v, f"{key}[{i}]"))
+            return out
+        for i, v in enumerate(value):
+            # A table's rows by what they measure, not their place: a row added or removed in
+            # one version leaves the others lined up.
+            name = v.get("measurement", v.get("name")) if isinstance(v, dict) else None
+            out.update(flatten(v, f"{key}[{name if isinstance(name, str) else i}]"))
     return out
 
 
