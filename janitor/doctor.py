@@ -127,7 +127,7 @@ def _policy_checks(policy: Any) -> Iterator[Check]:
         else:
             yield Check(f"tree {name}", "ok", f"{tree.role} at {path}")
         try:
-            volume_stats(path)
+            volume_stats(path)  # its volume answers (the volume checks below group by it)
         except OSError as exc:
             yield Check(f"tree {name}", "fail", f"cannot stat its volume: {exc.strerror}")
             continue
