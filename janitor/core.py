@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from janitor.admission.jobs import JobEnd, folder_is, reap_jobs, reap_waiters
+from janitor.admission.jobs import Reaped, folder_is, reap_all
 from janitor.admission.reserve import (
     Admission,
     admit,
@@ -25,14 +25,13 @@ from janitor.admission.reserve import (
     get_reservation,
     grow_reservation,
     live_reservations,
-    reap,
     renew_reservation,
     resolve_path,
     tree_on,
 )
 from janitor.admission.risk import RiskDecision, assess_risk
 from janitor.admission.volume import Volume, measure
-from janitor.config.policy import Policy, load_policy
+from janitor.config.policy import InTree, Policy, load_policy, tree_holding
 from janitor.config.settings import Settings
 from janitor.errors import ConfigError, SpaceRisk
 from janitor.handles import Pin, Reservation
@@ -48,17 +47,8 @@ from janitor.status import Status, collect_status
 
 if TYPE_CHECKING:
     from janitor.cleanup.sweep import EmergencyResult, SweepResult
-    from janitor.ledger.tx import Tx
 
 __all__ = ["Janitor", "Reaped", "SpaceSignal"]
-
-
-class Reaped(NamedTuple):
-    """What a reap ended: reservations, how many pins, and jobs (done, orphaned, removed)."""
-
-    reservations: list[ReservationInfo]
-    pins: int
-    jobs: list[JobEnd]
 
 
 class SpaceSignal:
@@ -395,16 +385,14 @@ class Janitor:
 
         return emergency(self.policy, self.ledger, self.settings.state_dir, dry_run=dry_run)
 
-    def _tree_of(self, path: str | os.PathLike[str]) -> tuple[str, str]:
-        absolute = os.path.normpath(os.path.abspath(os.fspath(path)))
-        for name, tree in self.policy.trees.items():
-            try:
-                return name, resolve_path(tree, absolute)
-            except ConfigError:
-                continue
-        raise ConfigError(
-            f"path {absolute} is in no managed tree; `janitor policy show` lists the trees"
-        )
+    def _tree_of(self, path: str | os.PathLike[str]) -> InTree:
+        inside = tree_holding(self.policy.trees.values(), path)
+        if inside is None:
+            absolute = os.path.normpath(os.path.abspath(os.fspath(path)))
+            raise ConfigError(
+                f"path {absolute} is in no managed tree; `janitor policy show` lists the trees"
+            )
+        return inside
 
     def pin(
         self,
@@ -414,7 +402,8 @@ class Janitor:
         ttl: float | str | None = None,
     ) -> Pin:
         """Protect a cache entry (file or folder) from eviction while the owner lives."""
-        tree, where = self._tree_of(path)
+        inside = self._tree_of(path)
+        tree, where = inside.name, inside.path
         pid, start = self._owner(owner_pid)
         seconds = None if ttl is None else self._ttl(ttl)
         info = self.ledger.call(
@@ -436,7 +425,7 @@ class Janitor:
 
     def touch(self, *paths: str | os.PathLike[str]) -> None:
         """Record a use of each path, so LRU eviction sees it as recently used."""
-        resolved = [self._tree_of(p)[1] for p in paths]
+        resolved = [self._tree_of(p).path for p in paths]
         self.ledger.call(lambda tx: tx.touches.record(resolved))
 
     def log(self, *, since: float | None = None, events: tuple[str, ...] = ()) -> list[LogEntry]:
@@ -453,12 +442,7 @@ class Janitor:
         passed, and the jobs whose folder is gone or whose every writer died (those become
         orphans, to remove at once)."""
         at = time.time() if now is None else now
-
-        def write(tx: Tx) -> Reaped:
-            reap_waiters(tx)
-            return Reaped(reap(tx, at), tx.pins.reap(at), reap_jobs(tx, at))
-
-        ended: Reaped = self.ledger.call(write)
+        ended: Reaped = self.ledger.call(reap_all, at)
         if ended.reservations or ended.jobs:
             self.space.notify()
         return ended

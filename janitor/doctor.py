@@ -91,10 +91,11 @@ def _checks(
 def _policy_checks(policy: Any) -> Iterator[Check]:
     """Each tree's root, and each volume the trees are on against its floor and free_low."""
     from janitor.admission.volume import Volume
+    from janitor.config.policy import trees_by_device
     from janitor.host.space import volume_stats
     from janitor.sizes import format_size
 
-    devices: dict[int, list[str]] = {}
+    measured = []
     for name, tree in policy.trees.items():
         path = tree.path
         if os.path.islink(path):
@@ -126,15 +127,14 @@ def _policy_checks(policy: Any) -> Iterator[Check]:
         else:
             yield Check(f"tree {name}", "ok", f"{tree.role} at {path}")
         try:
-            vs = volume_stats(path)
+            volume_stats(path)  # its volume answers (the volume checks below group by it)
         except OSError as exc:
             yield Check(f"tree {name}", "fail", f"cannot stat its volume: {exc.strerror}")
             continue
-        devices.setdefault(vs.device, []).append(name)
+        measured.append(tree)
 
-    for names in devices.values():
-        tree = policy.trees[names[0]]
-        vol = Volume.at(policy, tree.path)
+    for trees in trees_by_device(measured).values():
+        vol = Volume.at(policy, trees[0].path)
         # The check's name holds the mount already: "volume /: 76 GiB free of ...".
         what = (
             f"{format_size(vol.free)} free of {format_size(vol.total)}, "

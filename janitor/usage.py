@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from janitor.host.sizewalk import Folder, Measured, SizeWalk
 
 if TYPE_CHECKING:
-    from janitor.admission.volume import Volume
     from janitor.config.policy import Policy
     from janitor.ledger.db import Ledger
 
@@ -248,6 +247,7 @@ def space_report(
     dry-run sweep (``state_dir``: its tree locks)."""
     from janitor.admission.volume import Volume
     from janitor.cleanup.glance import may_free, unit_bytes, unit_folders
+    from janitor.config.policy import trees_by_device
     from janitor.host.space import volume_stats
 
     plan = report_plan(policy)
@@ -255,14 +255,10 @@ def space_report(
     # volume's numbers.
     scratch = any(t.role == "scratch" for t in policy.trees.values())
     orphans = _orphans(ledger) if scratch else []
-    volumes: dict[int, Volume] = {}
-    for tree in policy.trees.values():
-        try:
-            device = os.stat(tree.path).st_dev
-        except OSError:
-            continue
-        if device not in volumes:
-            volumes[device] = Volume.at(policy, tree.path)
+    volumes = {
+        device: Volume.at(policy, trees[0].path)
+        for device, trees in trees_by_device(policy.trees.values()).items()
+    }
     measured = _measure(plan.folders, early, workers)
     now = time.time()
     sizes: dict[str, int] = {}

@@ -26,12 +26,13 @@ import os
 import stat
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from janitor.admission.reserve import end_logged, live_reservations, owners_alive
+from janitor.admission.reserve import end_logged, live_reservations, owners_alive, reap
 from janitor.host.owner import still_alive
 from janitor.host.space import allocated_size
 from janitor.ledger.jobs import JobInfo, SourceInfo, Writer, new_job_id
+from janitor.ledger.reservations import ReservationInfo
 
 if TYPE_CHECKING:
     from janitor.admission.volume import Volume
@@ -42,11 +43,13 @@ __all__ = [
     "Capacity",
     "JobEnd",
     "JobFolder",
+    "Reaped",
     "capacity",
     "end_job",
     "folder_is",
     "job_folder",
     "queued_ahead",
+    "reap_all",
     "reap_jobs",
     "reap_waiters",
     "record_job",
@@ -146,6 +149,23 @@ def reap_jobs(tx: Tx, now: float | None = None) -> list[JobEnd]:
         elif job.state == "live" and not any(writer_alive(w) for w in job.writers):
             ended.append(end_job(tx, job, "orphan", "every writer died", now))
     return ended
+
+
+class Reaped(NamedTuple):
+    """What a reap ended: reservations, how many pins, and jobs (done, orphaned, removed)."""
+
+    reservations: list[ReservationInfo]
+    pins: int
+    jobs: list[JobEnd]
+
+
+def reap_all(tx: Tx, now: float) -> Reaped:
+    """End, inside the caller's write transaction, what outlived its owner or its time: the
+    queue places of processes that died waiting, the reservations and pins whose owner died
+    or whose TTL passed, and the jobs whose folder is gone or whose every writer died (those
+    become orphans). ``Janitor.reap`` and a sweep both reap with this."""
+    reap_waiters(tx)
+    return Reaped(reap(tx, now), tx.pins.reap(now), reap_jobs(tx, now))
 
 
 def record_job(tx: Tx, where: JobFolder, writer: Writer, *, run: str | None, now: float) -> JobInfo:
@@ -256,14 +276,11 @@ def capacity(
 
     It walks the caches and job folders: a refusal path only, never per grant.
     """
+    from janitor.config.policy import trees_by_device
+
     device = volume.device
-    caches = []
-    for tree in policy.trees.values():
-        try:
-            if tree.evicts_for_room and os.stat(tree.path).st_dev == device:
-                caches.append(os.path.normpath(os.path.abspath(tree.path)))
-        except OSError:
-            continue
+    evicting = trees_by_device(t for t in policy.trees.values() if t.evicts_for_room)
+    caches = [os.path.normpath(os.path.abspath(t.path)) for t in evicting.get(device, ())]
     folders = [j.folder for j in tx.jobs.active() if j.device == device]
     back = sum(allocated_size(p) for p in caches) + sum(allocated_size(f) for f in folders)
     inside = tuple(p + os.sep for p in (*caches, *folders))

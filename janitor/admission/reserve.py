@@ -120,25 +120,25 @@ def resolve_path(tree: TreePolicy, path: str | os.PathLike[str]) -> str:
     """``path`` made absolute; ConfigError unless it lies inside the tree's root.
 
     Symlinks in the path are resolved for the check only, so ``/tmp`` vs ``/private/tmp`` on
-    macOS does not matter, but a symlink pointing out of the tree is refused.
+    macOS does not matter, but a symlink pointing out of the tree is refused
+    (:func:`janitor.config.policy.tree_holding`).
     """
+    from janitor.config.policy import tree_holding  # loaded already: ``tree`` is one of its
+
     if "\0" in os.fsdecode(path):
         raise ConfigError(f"path {os.fsdecode(path)!r} contains a NUL byte")
+    inside = tree_holding((tree,), path)
+    if inside is not None:
+        return inside.path
     absolute = os.path.normpath(os.path.abspath(os.fspath(path)))
-    root_real = os.path.realpath(tree.path)
-    real = os.path.realpath(absolute)
-    if real != root_real and not real.startswith(root_real.rstrip("/") + "/"):
-        raise ConfigError(
-            f"path {absolute} is outside tree {tree.name!r} ({tree.path}); "
-            "reserve on the tree that holds it"
-        )
-    if real == root_real:
+    if os.path.realpath(absolute) == os.path.realpath(tree.path):
         raise ConfigError(
             f"path {absolute} is the root of tree {tree.name!r}; name the file or job folder"
         )
-    # Record it as the scan sees it: under the tree's root as the policy spells it.
-    base = os.path.normpath(os.path.abspath(tree.path))
-    return os.path.join(base, os.path.relpath(real, root_real))
+    raise ConfigError(
+        f"path {absolute} is outside tree {tree.name!r} ({tree.path}); "
+        "reserve on the tree that holds it"
+    )
 
 
 def reap(tx: Tx, now: float) -> list[ReservationInfo]:

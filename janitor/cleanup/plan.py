@@ -27,6 +27,7 @@ __all__ = [
     "PlanItem",
     "Protection",
     "Reason",
+    "ScannedTree",
     "TreePlan",
     "plan_pressure",
     "plan_tree",
@@ -42,6 +43,15 @@ _DIR_FLAGS = DIR_FLAGS
 
 # Column getters (C-level) of Unit and PlanItem, both NamedTuples.
 _U_SIZE = column(Unit, "size")
+
+
+class ScannedTree(NamedTuple):
+    """One tree as a sweep found it, what the planner is given for each tree: its snapshot,
+    its units as ``group_units`` grouped them, and its policy."""
+
+    snapshot: Snapshot
+    units: UnitTable
+    tree: TreePolicy
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,7 +435,7 @@ def plan_tree(
 
 
 def plan_pressure(
-    candidates: Sequence[tuple[Snapshot, Sequence[Unit], TreePolicy]],
+    candidates: Sequence[ScannedTree],
     need: int,
     *,
     protection: Protection,

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import json
 import os
 import re
 import tomllib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import date, time
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -41,16 +39,30 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from janitor.config.paths import expand_path
-from janitor.errors import ConfigError, PolicyError, UnknownTree
-from janitor.humanize import plural
+from janitor.config.policy_errors import (
+    DURATION_EXAMPLES,
+    MAX_PROBLEMS_SHOWN,
+    SIZE_EXAMPLES,
+    WANTED,
+    Fields,
+    again,
+    invalid,
+    key_part,
+    problem,
+    raise_all,
+    read_error,
+)
+from janitor.errors import ConfigError, UnknownTree
 from janitor.sizes import format_size, parse_duration, parse_size
 
 __all__ = [
     "FORBIDDEN_ROOTS",
     "HF_MISSING",
+    "MAX_PROBLEMS_SHOWN",
+    "InTree",
     "Policy",
     "SizeSpec",
     "TreePolicy",
@@ -59,6 +71,8 @@ __all__ = [
     "glob_regex",
     "hf_hub_installed",
     "load_policy",
+    "tree_holding",
+    "trees_by_device",
 ]
 
 #: Folders that are never a tree root themselves: the system and the places that hold homes.
@@ -129,12 +143,6 @@ def hf_hub_installed() -> bool:
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_BARE_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")
-
-_SIZE_EXAMPLES = '"500M", "2G", "1.5GiB", "5%" or a number of bytes'
-_DURATION_EXAMPLES = '"90s", "5m", "2h", "7d" or a number of seconds'
-#: A bad policy lists this many problems, then says how many more there are.
-MAX_PROBLEMS_SHOWN = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +174,7 @@ class SizeSpec:
             try:
                 pct = float(value.strip()[:-1])
             except ValueError:
-                raise ValueError(f"not a percentage; use e.g. {_SIZE_EXAMPLES}") from None
+                raise ValueError(f"not a percentage; use e.g. {SIZE_EXAMPLES}") from None
             if not 0 <= pct <= 100:
                 raise ValueError("a percentage must be between 0% and 100%")
             return cls(percent=pct)
@@ -182,7 +190,7 @@ class SizeSpec:
             # parse_size says "size <value> <why>"; only the why is wanted here.
             why = str(exc).removeprefix(f"size {value!r} ")
             if why.startswith("is not a size"):
-                why = f"not a size; use e.g. {_SIZE_EXAMPLES}"
+                why = f"not a size; use e.g. {SIZE_EXAMPLES}"
             raise ValueError(why) from None
 
 
@@ -192,7 +200,7 @@ def _duration(value: Any) -> float:
     except ConfigError as exc:
         why = str(exc).removeprefix(f"duration {value!r} ")
         if why.startswith("is not a duration"):
-            why = f"not a duration; use e.g. {_DURATION_EXAMPLES}"
+            why = f"not a duration; use e.g. {DURATION_EXAMPLES}"
         raise ValueError(why) from None
 
 
@@ -211,34 +219,6 @@ def glob_regex(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-Loc = tuple[str | int, ...]
-
-
-def _problem(loc: Loc, reason: str, value: Any = None) -> InitErrorDetails:
-    """One problem at ``loc`` (relative to the model being validated), in our own words."""
-    # The reason goes in through the context, so a literal {key} in it stays as it is.
-    return InitErrorDetails(
-        type=PydanticCustomError("policy", "{reason}", {"reason": reason}), loc=loc, input=value
-    )
-
-
-def _again(err: ErrorDetails) -> InitErrorDetails:
-    """An error from a nested validation, to raise again alongside others, as it was.
-
-    pydantic-core rebuilds only its own kinds of error by name (not pydantic's ``path_type``,
-    nor ours), so each comes back as a custom error with the same type, message and context.
-    """
-    ctx = {**err.get("ctx", {}), "reason": err["msg"]}
-    return InitErrorDetails(
-        type=PydanticCustomError(err["type"], "{reason}", ctx), loc=err["loc"], input=err["input"]
-    )
-
-
-def _raise(title: str, problems: list[InitErrorDetails]) -> NoReturn:
-    """Raise every problem at once: pydantic keeps each, prefixing the key it was found under."""
-    raise ValidationError.from_exception_data(title, problems)
 
 
 class VolumePolicy(_Model):
@@ -320,7 +300,7 @@ class TreePolicy(_Model):
         if isinstance(value, dict) and value and all(globs(v) for v in value.values()):
             return {str(k): tuple(v) for k, v in value.items()}
         raise PydanticCustomError(
-            "policy", "{reason}", {"reason": f"wanted {_WANTED['unit_requires']}"}
+            "policy", "{reason}", {"reason": f"wanted {WANTED['unit_requires']}"}
         )
 
     @field_validator("group")
@@ -362,27 +342,27 @@ class TreePolicy(_Model):
             for key in ("quota", "max_age"):
                 if getattr(self, key) is not None:
                     why = 'a report tree is measured, never deleted from; use role = "cache"'
-                    problems.append(_problem((key,), why, str(getattr(self, key))))
+                    problems.append(problem((key,), why, str(getattr(self, key))))
         if isinstance(self.unit_requires, dict) and "unit_glob" in self.model_fields_set:
             why = "with a table of unit_requires, its keys are the folder globs; drop unit_glob"
-            problems.append(_problem(("unit_glob",), why, self.unit_glob))
+            problems.append(problem(("unit_glob",), why, self.unit_glob))
         for key in ("unit_requires", "active_jobs"):
             if key in self.model_fields_set and self.units != "dir":
                 why = 'applies to units = "dir" only'
-                problems.append(_problem((key,), why, str(getattr(self, key))))
+                problems.append(problem((key,), why, str(getattr(self, key))))
         if self.active_jobs is not None and self.role != "scratch":
             why = 'applies to role = "scratch" only'
-            problems.append(_problem(("active_jobs",), why, self.active_jobs))
+            problems.append(problem(("active_jobs",), why, self.active_jobs))
         problems += self._hf_problems()
         low, quota = self.low_watermark.nbytes, self.quota.nbytes if self.quota else None
         if low is not None and quota is not None and low > quota:
             why = f"must not exceed quota ({self.quota})"
-            problems.append(_problem(("low_watermark",), why, str(self.low_watermark)))
+            problems.append(problem(("low_watermark",), why, str(self.low_watermark)))
         if self.lock and "{key}" in self.lock and not self.group:
             why = "uses {key} but the tree has no group pattern"
-            problems.append(_problem(("lock",), why, self.lock))
+            problems.append(problem(("lock",), why, self.lock))
         if problems:
-            _raise("TreePolicy", problems)
+            raise_all("TreePolicy", problems)
         return self
 
     def _hf_problems(self) -> list[InitErrorDetails]:
@@ -393,13 +373,13 @@ class TreePolicy(_Model):
         problems = []
         if self.role != "cache":
             why = 'applies to role = "cache" only (with a quota: whole revisions are evicted)'
-            problems.append(_problem(("units",), why, self.units))
+            problems.append(problem(("units",), why, self.units))
         elif not hf_hub_installed():
-            problems.append(_problem(("units",), HF_MISSING, self.units))
+            problems.append(problem(("units",), HF_MISSING, self.units))
         for key in ("group", "lock"):
             if getattr(self, key) is not None:
                 why = 'does not apply to units = "hf_revision" (a unit is a whole revision)'
-                problems.append(_problem((key,), why, getattr(self, key)))
+                problems.append(problem((key,), why, getattr(self, key)))
         return problems
 
     @property
@@ -486,8 +466,8 @@ class Policy(_Model):
     def _volume_paths(cls, value: dict[str, VolumePolicy]) -> dict[str, VolumePolicy]:
         missing = [name for name, vol in value.items() if vol.path is None]
         if missing:
-            why = f"missing; wanted {_WANTED['volumes.path']}"
-            _raise("volumes", [_problem((name, "path"), why) for name in missing])
+            why = f"missing; wanted {WANTED['volumes.path']}"
+            raise_all("volumes", [problem((name, "path"), why) for name in missing])
         return value
 
     @field_validator("trees", mode="wrap")
@@ -503,7 +483,7 @@ class Policy(_Model):
         if not isinstance(value, dict):
             return handler(value)  # type: ignore[no-any-return]  # pydantic says: not a table
         problems = [
-            _problem((name,), "a tree's name may hold only letters, digits, _ . -")
+            problem((name,), "a tree's name may hold only letters, digits, _ . -")
             for name in value
             if not _NAME_RE.match(name)
         ]
@@ -513,7 +493,7 @@ class Policy(_Model):
             roots = {name: tree.path for name, tree in trees.items()}
         except ValidationError as exc:
             errors = exc.errors(include_url=False)
-            problems += [_again(err) for err in errors]
+            problems += [again(err) for err in errors]
             # Overlaps are checked among the trees whose path is good (their table may not be).
             bad_paths = {err["loc"][0] for err in errors if err["loc"][1:2] in (("path",), ())}
             roots = _roots({n: b for n, b in value.items() if n not in bad_paths})
@@ -524,7 +504,7 @@ class Policy(_Model):
             # In the file's order, each tree's problems together (a stable sort).
             order = {name: i for i, name in enumerate(value)}
             problems.sort(key=lambda p: order.get(p["loc"][0], -1) if p["loc"] else -1)
-            _raise("trees", problems)
+            raise_all("trees", problems)
         return trees
 
     def tree(self, name: str) -> TreePolicy:
@@ -553,6 +533,57 @@ def _device_of(path: Path) -> int:
     from janitor.host.space import device_of
 
     return device_of(path)
+
+
+def trees_by_device(trees: Iterable[TreePolicy]) -> dict[int, list[TreePolicy]]:
+    """The trees grouped by the volume their root is on (its ``st_dev``), each group in the
+    order given. A root not created yet is on the volume of its nearest existing folder; one
+    that cannot be stat'ed at all is left out, until it can be."""
+    out: dict[int, list[TreePolicy]] = {}
+    for tree in trees:
+        try:
+            out.setdefault(_device_of(tree.path), []).append(tree)
+        except OSError:
+            continue
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class InTree:
+    """A path inside a tree: the tree, and the path as it records it (under the root as the
+    policy spells it, whatever symlinks led there: what a scan of the tree sees)."""
+
+    tree: TreePolicy
+    path: str
+
+    @property
+    def name(self) -> str:
+        """The tree's name."""
+        return self.tree.name
+
+
+def tree_holding(trees: Iterable[TreePolicy], path: str | os.PathLike[str]) -> InTree | None:
+    """The tree whose root holds ``path`` (below it: a root is no path of its tree), or None.
+
+    Symlinks are resolved for the test only (``/tmp`` and ``/private/tmp`` on macOS are one
+    folder), so a symlink inside a tree pointing out of it leads out of it. Where roots nest
+    (a tree inside a folder another one leaves out with ``exclude``), the innermost holds it.
+    A path with a NUL byte is in no tree.
+    """
+    text = os.fsdecode(path)
+    if "\0" in text:
+        return None
+    real = os.path.realpath(os.path.normpath(os.path.abspath(text)))
+    best: tuple[TreePolicy, str] | None = None
+    for tree in trees:
+        root = os.path.realpath(tree.path)
+        if real.startswith(root.rstrip("/") + "/") and (best is None or len(root) > len(best[1])):
+            best = (tree, root)
+    if best is None:
+        return None
+    tree, root = best
+    base = os.path.normpath(os.path.abspath(tree.path))
+    return InTree(tree, os.path.join(base, os.path.relpath(real, root)))
 
 
 def _roots(bodies: dict[str, Any]) -> dict[str, Path]:
@@ -587,8 +618,8 @@ def _overlaps(
                 continue
             if a == b or b.is_relative_to(a):
                 where = "the same folder as" if a == b else "inside"
-                why = f"{where} the root of trees.{_key_part(an)} ({a}); trees must not overlap"
-                problems.append(_problem((bn, "path"), why, str(b)))
+                why = f"{where} the root of trees.{key_part(an)} ({a}); trees must not overlap"
+                problems.append(problem((bn, "path"), why, str(b)))
                 break
     return problems
 
@@ -604,7 +635,7 @@ def _holding_state(roots: dict[str, Path], state_dir: Path | None) -> list[InitE
     if state_dir is None:
         return []
     return [
-        _problem(
+        problem(
             (name, "path"),
             f"holds the janitor's state dir {state_dir}; "
             "choose another root or move JANITOR_STATE_DIR",
@@ -613,6 +644,13 @@ def _holding_state(roots: dict[str, Path], state_dir: Path | None) -> list[InitE
         for name, root in roots.items()
         if state_dir == root or state_dir.is_relative_to(root)
     ]
+
+
+#: The keys each table takes, for the words of an unknown one.
+_FIELDS = Fields(
+    tree=tuple(k for k in TreePolicy.model_fields if k != "name"),
+    volume=tuple(VolumePolicy.model_fields),
+)
 
 
 def load_policy(path: Path, *, state_dir: Path | None = None, origin: str | None = None) -> Policy:
@@ -626,240 +664,10 @@ def load_policy(path: Path, *, state_dir: Path | None = None, origin: str | None
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise PolicyError(*_missing(path, origin)) from None
-    except IsADirectoryError:
-        raise PolicyError(f"policy file {path} is a folder; name a .toml file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"policy file {path} is not valid TOML: {_toml_reason(exc)}") from None
-    except OSError as exc:
-        raise PolicyError(f"policy file {path} cannot be read: {exc.strerror}") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise read_error(path, exc, origin) from None
     state = None if state_dir is None else Path(os.path.normpath(os.path.abspath(state_dir)))
     try:
         return Policy.model_validate({**data, "source": path}, context={"state_dir": state})
     except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        # In the file's order of tables: pydantic puts unknown keys after all the known ones.
-        order = {key: i for i, key in enumerate(data)}
-        errors.sort(key=lambda err: order.get(str(err["loc"][0]), -1) if err["loc"] else -1)
-        problems = [_describe(err, data) for err in errors]
-        raise PolicyError(_report(path, problems), problems) from None
-
-
-def _report(path: Path, problems: list[str]) -> str:
-    """The file and its one problem on one line; or a line naming the file, then one per problem.
-
-    At most :data:`MAX_PROBLEMS_SHOWN` problems are listed; a last line counts the rest.
-    """
-    if len(problems) == 1:
-        return f"policy file {path}: {problems[0]}"
-    shown = problems[:MAX_PROBLEMS_SHOWN]
-    lines = [f"policy file {path} has {len(problems)} problems:", *(f"  {p}" for p in shown)]
-    rest = len(problems) - len(shown)
-    if rest:
-        lines.append(f"  ... and {plural(rest, 'more problem')}")
-    return "\n".join(lines)
-
-
-def _missing(path: Path, origin: str | None) -> tuple[str, tuple[str, ...], str]:
-    """PolicyError's arguments for a policy file that is not there: what, and the one fix."""
-    if origin is None:
-        return (
-            f"policy file {path} does not exist",
-            (),
-            "name one that does, or none for the default policy",
-        )
-    if origin == "JANITOR_POLICY":
-        fix = "point JANITOR_POLICY at a policy file, or unset it for the default policy"
-    else:
-        fix = f"change `policy` in the {origin}, or remove it for the default policy"
-    return f"policy file {path} does not exist ({origin} names it)", (), fix
-
-
-def _toml_reason(exc: tomllib.TOMLDecodeError) -> str:
-    """tomllib's reason, its "(at line L, column C)" first, where a person looks for it."""
-    m = re.fullmatch(r"(.*) \(at (line \d+, column \d+|end of document)\)", str(exc))
-    if not m:
-        return str(exc)
-    reason, where = m.groups()
-    if reason == "Illegal character '\\n'":
-        reason += " (is a closing quote missing?)"
-    # "Cannot declare ('trees', 't') twice": a key as the file spells it, not a Python tuple.
-    reason = re.sub(r"\((?:'[^'\\]*', )*'[^'\\]*',?\)", _table_header, reason)
-    return f"{where}: {reason}"
-
-
-def _table_header(m: re.Match[str]) -> str:
-    import ast  # only for a file that is not TOML: kept off the start-up of every command
-
-    keys = ast.literal_eval(m.group(0))
-    return "[" + ".".join(_key_part(k) for k in keys) + "]"
-
-
-# -- problems in our words -------------------------------------------------------------------
-
-_SIZE = f"a size such as {_SIZE_EXAMPLES}"
-_DURATION = f"a duration such as {_DURATION_EXAMPLES}"
-_GLOBS = 'a list of globs in quotes, e.g. ["*.wav"]'
-#: What each key wants, in plain words ("volumes.path", "tree.path": the same name, two meanings).
-_WANTED = {
-    "tree.path": 'a folder path in quotes, e.g. "{user_cache_dir}/pip"',
-    "volumes.path": 'any path on the volume these numbers are for, e.g. "/mnt/data"',
-    "role": '"cache", "scratch" or "report"',
-    "active_jobs": '"batchalign3"',
-    "units": '"file", "dir" or "hf_revision"',
-    "quota": _SIZE,
-    "low_watermark": _SIZE,
-    "floor": _SIZE,
-    "free_low": _SIZE,
-    "free_target": _SIZE,
-    "ballast": _SIZE,
-    "horizon": _DURATION,
-    "min_age": _DURATION,
-    "max_age": _DURATION,
-    "orphan_age": _DURATION,
-    "include": _GLOBS,
-    "exclude": _GLOBS,
-    "include[]": 'a glob in quotes, e.g. "*.wav"',
-    "exclude[]": 'a glob in quotes, e.g. "*.tmp"',
-    "unit_glob": 'a glob in quotes, e.g. ".tmp*"',
-    "unit_requires": 'a list of file names in quotes, e.g. ["done"], or a table of them by '
-    'folder glob, e.g. {"tmp*" = ["done"]}',
-    "unit_requires[]": 'a file name in quotes, e.g. "done"',
-    # In single quotes, as TOML wants a backslash written: '\.' in double quotes is an error.
-    "group": "a regular expression with a group named key, e.g. '(?P<key>.+)\\.wav'",
-    "lock": 'a lock file name in quotes, e.g. "{key}.lock"',
-}
-
-
-def _kind(loc: Loc) -> tuple[str, Loc]:
-    """Which table a location is in ("policy", "volume", "volumes" or "tree"), and the rest."""
-    if not loc or loc[0] not in ("volume", "volumes", "trees"):
-        return "policy", loc
-    if loc[0] == "volume":
-        return "volume", loc[1:]
-    return ("tree" if loc[0] == "trees" else "volumes"), loc[2:]
-
-
-def _keys(kind: str) -> list[str]:
-    """The keys a table of this kind takes, in the order the README lists them."""
-    if kind == "policy":
-        return ["volume", "volumes", "trees"]
-    if kind == "tree":
-        return [k for k in TreePolicy.model_fields if k != "name"]
-    # [volume] takes no path: it is the default for every volume.
-    return [k for k in VolumePolicy.model_fields if kind == "volumes" or k != "path"]
-
-
-def _key_part(part: str | int) -> str:
-    return part if isinstance(part, str) and _BARE_KEY_RE.match(part) else json.dumps(part)
-
-
-def _shown(value: Any) -> str:
-    """A value as TOML spells it, so the line shows what was written; a long list is cut short."""
-    if isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, str):
-        text = json.dumps(value, ensure_ascii=False)
-    elif isinstance(value, list):
-        text = "[" + ", ".join(_shown(v) for v in value) + "]"
-    elif isinstance(value, dict):
-        text = "{" + ", ".join(f"{_key_part(k)} = {_shown(v)}" for k, v in value.items()) + "}"
-    elif isinstance(value, date | time):
-        text = value.isoformat()
-    else:
-        text = str(value)
-    # Long enough for any real path, which must be seen whole to be found.
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
-_MISSING = object()
-
-
-def _written(data: Any, loc: Loc) -> Any:
-    """The value the file holds at ``loc``, or _MISSING."""
-    for part in loc:
-        if not isinstance(data, dict | list):
-            return _MISSING
-        try:
-            data = data[part]  # type: ignore[index]  # a str for a table, an int for a list
-        except (KeyError, IndexError, TypeError):
-            return _MISSING
-    return data
-
-
-def _describe(err: ErrorDetails, data: dict[str, Any]) -> str:
-    """One pydantic error as a line: the key, the value written and what is wanted, plainly.
-
-    ``data`` is the TOML as read, so the value shown is the one in the file.
-    """
-    loc = tuple(p for p in err["loc"] if not str(p).startswith("function-"))
-    item = loc[-1] + 1 if loc and isinstance(loc[-1], int) else None
-    key_loc = loc[:-1] if item is not None else loc
-    key = ".".join(_key_part(p) for p in key_loc)
-    if item is not None:
-        key += f" (item {item})"
-    kind, rest = _kind(key_loc)
-    field = str(rest[0]) if len(rest) == 1 else None
-    value = _written(data, loc)
-    reason = _reason(err, kind, field, item is not None, key_loc, value)
-    if isinstance(value, dict) or (not key_loc and value is _MISSING):
-        return f"[{key}]: {reason}" if key else reason
-    if value is _MISSING:
-        return f"{key}: {reason}"
-    return f"{key} = {_shown(value)}: {reason}"
-
-
-def _reason(
-    err: ErrorDetails, kind: str, field: str | None, item: bool, loc: Loc, value: Any
-) -> str:
-    """Why, and what is wanted, in the words of the README rather than pydantic's."""
-    kind_of_error = err["type"]
-    wanted = None
-    if field is not None:
-        wanted = _WANTED.get(f"{field}[]" if item else field) or _WANTED.get(f"{kind}.{field}")
-    if kind_of_error == "policy":
-        return err["msg"]
-    if kind_of_error in ("value_error", "assertion_error"):
-        return str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
-    if kind_of_error == "extra_forbidden":
-        return _unknown_key(kind, str(loc[-1]), isinstance(value, dict))
-    if kind_of_error == "missing":
-        return f"missing; wanted {wanted}" if wanted else "missing"
-    if kind_of_error in ("model_type", "model_attributes_type", "dict_type"):
-        return f"wanted {_table_wanted(loc)}"
-    if wanted:
-        return f"wanted {wanted}"
-    # Not expected (every key above has words); pydantic's, without its jargon.
-    msg = re.sub(r"<class '([^']*)'>", r"\1", str(err["msg"]))
-    return msg.replace("Input should be", "wanted").replace("Input is", "it is")
-
-
-def _table_wanted(loc: Loc) -> str:
-    if loc == ("trees",) or loc == ("volumes",):
-        return f"tables such as [{loc[0]}.NAME]"
-    if len(loc) == 2 and loc[0] == "trees":
-        return f"a table [trees.{_key_part(loc[1])}] with a role and a path"
-    return f"a table [{'.'.join(_key_part(p) for p in loc)}]"
-
-
-def _unknown_key(kind: str, key: str, is_table: bool) -> str:
-    """Unknown key: the nearest match, else where it belongs, else the keys this table takes."""
-    import difflib
-
-    allowed = _keys(kind)
-    what = "table" if kind == "policy" and is_table else "key"
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    if close:
-        near = f"[{close[0]}]" if kind == "policy" and is_table else close[0]
-        return f"unknown {what}; did you mean {near}?"
-    if kind == "policy":
-        if key in _keys("volume"):
-            return f"unknown key here; {key} belongs in [volume] (or a [volumes.NAME] table)"
-        if key in _keys("tree"):
-            return f"unknown key here; {key} belongs in a [trees.NAME] table"
-        return f"unknown {what}; a policy holds the tables [volume], [volumes.NAME], [trees.NAME]"
-    if kind != "tree" and key in _keys("tree"):
-        return f"unknown key here; {key} belongs in a [trees.NAME] table"
-    table = {"tree": "[trees.NAME]", "volume": "[volume]", "volumes": "[volumes.NAME]"}[kind]
-    return f"unknown key; {table} takes {', '.join(allowed)}"
+        raise invalid(path, exc, data, _FIELDS) from None

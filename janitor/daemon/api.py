@@ -505,8 +505,8 @@ class _Calls:
                     "codec": o.codec,
                     "sample_rate": o.sample_rate,
                     "channels": o.channels,
-                    "tree": None if where is None else where[0],
-                    "in_tree": where is not None and where[1] is not None,
+                    "tree": None if where is None else where.tree,
+                    "in_tree": where is not None and where.in_tree,
                 }
             )
         total = sum(o.bytes for o in est)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from janitor.config.policy import Policy
-from janitor.host.space import device_of
+from janitor.config.policy import Policy, trees_by_device
 
 __all__ = ["volume_trees"]
 
@@ -13,10 +12,7 @@ __all__ = ["volume_trees"]
 def volume_trees(policy: Policy) -> dict[int, list[Path]]:
     """Each managed volume's device and the roots of its trees, in policy order (a root that
     cannot be stat'ed is left out until it can)."""
-    out: dict[int, list[Path]] = {}
-    for tree in policy.trees.values():
-        try:
-            out.setdefault(device_of(tree.path), []).append(tree.path)
-        except OSError:
-            continue
-    return out
+    return {
+        device: [t.path for t in trees]
+        for device, trees in trees_by_device(policy.trees.values()).items()
+    }

@@ -337,8 +337,8 @@ def _place(jan: Janitor, what: str, folder: Path, role: str) -> Place:
     # A name inside the folder: a tree whose root is the folder holds it, as one above it does.
     sample = os.path.join(folder, ".tmp000000" if role == "scratch" else f"{'0' * 24}.wav")
     where = locate(jan, sample)
-    if where is not None and where[1] is not None:
-        return Place(what, str(folder), where[0], True)
+    if where is not None and where.in_tree:
+        return Place(what, str(folder), where.tree, True)
     name, variable = _USUAL[role]
     usual = jan.policy.trees.get(name)
     hint = ""

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from janitor.errors import (
-    ConfigError,
     NeverFits,
     ReservationRefused,
     SpaceRisk,
@@ -53,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CallRequest",
+    "Located",
     "PlannedWrite",
     "Prepared",
     "Queued",
@@ -130,24 +130,37 @@ class Queued(Exception):
         self.refusal = refusal
 
 
-def locate(jan: Janitor, path: str) -> tuple[str, str | None] | None:
-    """(tree, path to record) for a write to ``path``: the tree holding it and the path; a tree
-    on its volume and None when it lies outside every tree there; None when no tree is on its
-    volume (the policy does not cover it)."""
-    from janitor.admission.reserve import resolve_path, tree_on
+@dataclass(frozen=True, slots=True)
+class Located:
+    """Where a write lands, as admission sees it: the tree it is reserved on, and the path
+    recorded for it (None: outside every tree, on a volume a tree of the policy is on)."""
+
+    tree: str
+    path: str | None
+
+    @property
+    def in_tree(self) -> bool:
+        """True when a tree holds the write itself, not only its volume."""
+        return self.path is not None
+
+
+def locate(jan: Janitor, path: str) -> Located | None:
+    """Where a write to ``path`` lands: the tree holding it and the path as that tree records
+    it; a tree on its volume and no path when it lies outside every tree there; None when no
+    tree is on its volume (the policy does not cover it)."""
+    from janitor.admission.reserve import tree_on
+    from janitor.config.policy import tree_holding
     from janitor.host.space import device_of
 
-    for name, tree in jan.policy.trees.items():
-        try:
-            return name, resolve_path(tree, path)
-        except ConfigError:
-            continue
+    inside = tree_holding(jan.policy.trees.values(), path)
+    if inside is not None:
+        return Located(inside.name, inside.path)
     try:
         device = device_of(os.path.dirname(path) or ".")
     except OSError:
         return None
     on_volume = tree_on(jan.policy, device)
-    return None if on_volume is None else (on_volume.name, None)
+    return None if on_volume is None else Located(on_volume.name, None)
 
 
 # -- 1. what it reads stays ----------------------------------------------------------------------
@@ -201,7 +214,7 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
         if where is None:
             unguarded.append(w.path)
             continue
-        tree, recorded = where
+        tree, recorded = where.tree, where.path
         folder = None if recorded is None else job_folder(jan.policy, tree, recorded)
         targets.append(_Target(w, tree, recorded, folder))
     folders = {t.folder.folder: t.folder for t in targets if t.folder is not None}
@@ -255,20 +268,11 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
 
 def _cached_inputs(jan: Janitor, inputs: Sequence[str]) -> list[tuple[str, str]]:
     """(tree, recorded path) of the inputs that lie inside cache trees."""
-    from janitor.admission.reserve import resolve_path
+    from janitor.config.policy import tree_holding
 
-    found: list[tuple[str, str]] = []
-    for path in inputs:
-        absolute = os.path.normpath(os.path.abspath(path))
-        for name, tree in jan.policy.trees.items():
-            if tree.role != "cache":
-                continue
-            try:
-                found.append((name, resolve_path(tree, absolute)))
-                break
-            except ConfigError:
-                continue
-    return found
+    caches = [t for t in jan.policy.trees.values() if t.role == "cache"]
+    found = (tree_holding(caches, path) for path in inputs)
+    return [(inside.name, inside.path) for inside in found if inside is not None]
 
 
 def _pin_source(tx: Tx, job: JobInfo, tree: str, path: str, writer: Writer, now: float) -> None:
