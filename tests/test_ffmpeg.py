@@ -553,3 +553,16 @@ def test_the_probe_reads_a_plain_header_without_ffprobe_or_cache(
         assert probe.probes_run == 0
         assert probe.cached(str(path)) == info
     assert not cache.exists()  # nothing to remember: the header is read again, as cheaply
+
+
+def test_one_function_names_the_probe_caches_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$JANITOR_CACHE_DIR``, else the folder ``shim install`` gave the guard, else the user
+    cache folder: ``probes`` in it, for the guard, the daemon, the CLI and the pre-flight."""
+    default = ffmpeg.probe_cache_dir()
+    assert default == os.path.join(os.environ["XDG_CACHE_HOME"], "space-janitor", "probes")
+    assert ffmpeg.probe_cache_dir(tmp_path / "given") == str(tmp_path / "given" / "probes")
+    monkeypatch.setenv("JANITOR_CACHE_DIR", str(tmp_path / "env"))
+    assert ffmpeg.probe_cache_dir(tmp_path / "given") == str(tmp_path / "env" / "probes")
+    assert ffmpeg.probe_cache_dir() == str(tmp_path / "env" / "probes")
