@@ -109,7 +109,8 @@ def estimate_bytes(
     probe: Probe | None = None,
 ) -> Estimate | NotEstimable:
     """What converting ``media`` to ``fmt`` writes, by the one estimator; or why that cannot be
-    known (the reason names no file). ``probe`` defaults to the shared probe cache's."""
+    known (the reason names no file). ``probe`` defaults to the shared probe cache's; an
+    unknown format or a rate or channel count below 1 is a ConfigError."""
     from janitor.jobs import ffmpeg
 
     if fmt not in _WIDTHS:

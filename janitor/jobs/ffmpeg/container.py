@@ -302,6 +302,8 @@ def _wav_info(f: BinaryIO, size: int) -> MediaInfo | None:
                 _us_of(frames, rate) / 1e6, rate, channels, codec=codec, tags=_riff_only(tags)
             )
         if kind == b"fmt ":
+            if fmt is not None:
+                return None  # a second format: which one ffmpeg keeps is not ours to guess
             fmt = _wav_format(f.read(min(n, 40)), n)
             if fmt is None:
                 return None
@@ -363,8 +365,8 @@ def _mp4_info(f: BinaryIO, size: int, path: str) -> MediaInfo | None:
         return None
     moov = _box(f, 0, size, b"moov")
     mvhd = moov and _box(f, *moov, b"mvhd")
-    if not moov or not mvhd:
-        return None
+    if not moov or not mvhd or _box(f, 0, size, b"meta"):
+        return None  # (a file-level meta box: tags that ffprobe reads)
     f.seek(mvhd[0])
     body = f.read(32)
     wide = body[0] == 1
