@@ -19,6 +19,7 @@ import pytest
 
 from janitor.errors import ConfigError
 from janitor.jobs.estimate import WAV_HEADER_BYTES, pcm_bytes
+from janitor.jobs.ffmpeg import wav_header_bytes
 
 from .conftest import JANITOR_BIN, one_line_error
 
@@ -121,21 +122,23 @@ def test_estimate_json_shape(media: dict[str, Path], run_cli: Cli) -> None:
     assert data["format"] == "wav16"
     assert (data["rate"], data["channels"], data["sample_width"]) == (16000, 1, 2)
     assert isinstance(data["bytes"], int)
-    pcm = pcm_bytes(data["duration_s"])
-    # the samples plus a header of at least the canonical 44 bytes (more for metadata)
-    assert pcm + WAV_HEADER_BYTES <= data["bytes"] <= pcm + WAV_HEADER_BYTES + 4096
+    # the samples the decoder gives (the mp3's encoder delay and padding left out: a little
+    # under ffprobe's duration) plus ffmpeg's header (78 bytes: no tags on this mp3)
+    header = wav_header_bytes("pcm_s16le", 16000, 1)
+    frames = (data["bytes"] - header) // 2
+    assert pcm_bytes(data["duration_s"]) - 2 * 1152 <= 2 * frames <= pcm_bytes(data["duration_s"])
     # the plain output and the JSON agree
     assert int(run_cli("estimate", src).stdout) == data["bytes"]
 
     f32 = json.loads(run_cli("estimate", src, "--json", "--format", "f32").stdout)
     assert set(f32) == ESTIMATE_KEYS
     assert (f32["format"], f32["sample_width"]) == ("f32", 4)
-    assert f32["bytes"] == pcm_bytes(f32["duration_s"], 16000, 1, 4)  # raw PCM: no header
+    assert f32["bytes"] == 4 * frames  # raw PCM: the same samples, 4 bytes each, no header
 
     st = json.loads(run_cli("estimate", src, "--json", "--rate", "8000", "--channels", "2").stdout)
     assert (st["rate"], st["channels"]) == (8000, 2)
-    pcm = pcm_bytes(st["duration_s"], 8000, 2, 2)
-    assert pcm + WAV_HEADER_BYTES <= st["bytes"] <= pcm + WAV_HEADER_BYTES + 4096
+    st_frames = (st["bytes"] - wav_header_bytes("pcm_s16le", 8000, 2)) / 4
+    assert abs(st_frames - frames / 2) <= 1
 
 
 @needs_ffmpeg
@@ -143,8 +146,7 @@ def test_estimate_json_shape(media: dict[str, Path], run_cli: Cli) -> None:
 def test_estimate_covers_the_wav_ffmpeg_writes(
     media: dict[str, Path], run_cli: Cli, tmp_path: Path, name: str
 ) -> None:
-    """The estimate is what the converter may write: never less than the real WAV, and close
-    (within 1 %, or one 4 KiB block of header allowance for short files)."""
+    """The estimate is what the converter writes, to the byte (the header's tags included)."""
     src = media[name]
     done = run_cli("estimate", src)
     assert done.returncode == 0, done.stderr
@@ -153,8 +155,7 @@ def test_estimate_covers_the_wav_ffmpeg_writes(
     # exactly the pipeline's conversion (and examples/convert.sh's)
     ffmpeg("-i", str(src), "-ac", "1", "-ar", "16000", "-c:a", "pcm_s16le", str(out))
     actual = out.stat().st_size
-    assert estimate >= actual, f"estimate {estimate} B < the {actual} B WAV ffmpeg wrote"
-    assert estimate <= max(actual * 1.01, actual + 4096)
+    assert estimate == actual, f"estimate {estimate} B, the WAV ffmpeg wrote {actual} B"
 
 
 @needs_ffmpeg
@@ -179,7 +180,7 @@ def test_estimate_covers_other_formats(
     out = tmp_path / ("out.pcm" if "f32le" in ffmpeg_out else "out.wav")
     ffmpeg("-i", str(src), *ffmpeg_out, str(out))
     actual = out.stat().st_size
-    assert actual <= estimate <= actual * 1.01
+    assert estimate == actual
 
 
 # -- errors: exit 2, one line, no traceback ------------------------------------------------------
@@ -236,3 +237,94 @@ def test_missing_ffprobe_exits_2_naming_it(run_cli: Cli, tmp_path: Path) -> None
     assert done.stdout == ""
     assert "ffprobe" in one_line_error(done.stderr)
     assert JANITOR_BIN.exists()
+
+
+# -- names ffmpeg would read otherwise -----------------------------------------------------------
+
+
+@needs_ffmpeg
+@pytest.mark.parametrize("name", ["-talk.mp3", "talk:1.mp3", "a:b:c.m4a"])
+def test_a_name_that_looks_like_an_option_or_a_protocol_is_read_as_a_file(
+    media: dict[str, Path], run_cli: Cli, tmp_path: Path, name: str
+) -> None:
+    """The CLI hands the path to the one probe, which names it ``file:`` + its absolute path:
+    ``-talk.mp3`` is not an option to ffprobe, nor ``talk:`` a protocol."""
+    shutil.copyfile(media["mp3-10s-tagged"], tmp_path / name)
+    plain = run_cli("estimate", "--json", media["mp3-10s-tagged"])
+    assert plain.returncode == 0, plain.stderr
+    done = run_cli("estimate", "--json", "--", name, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["media"] == name
+    assert got["bytes"] == json.loads(plain.stdout)["bytes"]
+
+
+# -- one estimator: the CLI, the daemon's API, the pre-flight and what ffmpeg writes -------------
+
+
+@needs_ffmpeg
+def test_janitor_estimate_the_api_and_the_preflight_agree_with_what_ffmpeg_writes(
+    tmp_path: Path, run_cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For a real 10-minute m4a (the issue's example), a real WAV and an m4a with tags (which
+    reach the WAV's header), each estimated in its own
+    process with its own probe cache: ``janitor estimate``, the real daemon's ``POST
+    /v1/estimate`` of batchalign3's own command line, and ``janitor run``'s pre-flight give the
+    same bytes, and they cover what ffmpeg then writes for that command (to the byte)."""
+    from janitor import Janitor
+    from janitor.jobs.run import preflight
+
+    from ._daemon_helpers import daemon_setup, running_daemon, uds_client
+
+    folder = tmp_path / "media"
+    folder.mkdir()
+    m4a = sine(folder / "talk 10min.m4a", 600, "-ac", "1", "-c:a", "aac", "-b:a", "24k")
+    wav = sine(folder / "room.wav", 20, "-ac", "2", "-ar", "44100")
+    titled = sine(folder / "titled.m4a", 20, "-ac", "1", "-c:a", "aac", *TAGS)  # ffprobe reads it
+    with daemon_setup(tmp_path / "d", settings={"JANITOR_CACHE_DIR": str(tmp_path / "c1")}) as s:
+        cache, out = s.tree, tmp_path / "out"
+        out.mkdir()
+        # What the pre-flight counts: m4a's cache WAV, and each file's whole float32 PCM.
+        wanted = [(m4a, "wav16"), (m4a, "f32"), (wav, "f32"), (titled, "wav16")]
+        cli = {}
+        for src, fmt in wanted:
+            done = run_cli("estimate", src, "--format", fmt, env=s.env(JANITOR_CACHE_DIR=str(
+                tmp_path / "c2")))  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            cli[src, fmt] = int(done.stdout)
+
+        def args(src: Path, fmt: str, dest: Path) -> list[str]:  # batchalign3's command lines
+            codec = ["-acodec", "pcm_s16le"] if fmt == "wav16" else ["-f", "f32le", "-acodec",
+                                                                     "pcm_f32le"]  # fmt: skip
+            return ["-y", "-i", str(src), *codec, "-ar", "16000", "-ac", "1", str(dest)]
+
+        api = {}
+        with running_daemon(s), uds_client(s.socket) as client:
+            for src, fmt in wanted:
+                dest = cache / f"{'0' * 24}.tmp.wav" if fmt == "wav16" else tmp_path / "g.pcm"
+                r = client.post("/v1/estimate", json={"args": args(src, fmt, dest), "cwd": "/"})
+                assert r.status_code == 200 and r.json()["estimable"], r.text
+                api[src, fmt] = r.json()["total_bytes"]
+
+        s.apply_env(monkeypatch)
+        monkeypatch.setenv("JANITOR_CACHE_DIR", str(tmp_path / "c3"))
+        jan = Janitor.from_settings()
+        try:
+            pre = preflight(jan, [folder], cache_dir=cache, tmp_dir=out)
+        finally:
+            jan.ledger.close()
+        plans = {Path(p.media): p for p in pre.files}
+        ahead = {(src, "wav16"): plans[src].cache_bytes for src in (m4a, titled)}
+        ahead |= {(src, "f32"): plans[src].pcm_bytes for src in (m4a, wav)}
+
+        for src, fmt in wanted:
+            dest = out / ("x.wav" if fmt == "wav16" else "x.pcm")
+            ffmpeg("-i", str(src), *args(src, fmt, dest)[3:])
+            written = dest.stat().st_size
+            said = (cli[src, fmt], api[src, fmt], ahead[src, fmt])
+            assert said == (said[0],) * 3, (src.name, fmt, said)
+            assert said[0] >= written, (src.name, fmt, said, written)
+            assert said[0] == written, (src.name, fmt, said, written)  # exact, in fact
+        # The tagged m4a was ffprobe's to read (the daemon remembers it); the others' headers
+        # said everything.
+        assert len(list((tmp_path / "c1" / "probes").glob("*.probe"))) == 1

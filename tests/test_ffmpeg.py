@@ -323,7 +323,7 @@ def test_times_read_the_way_ffmpeg_reads_them(text: str, seconds: float) -> None
 def test_an_input_is_probed_once_across_processes_and_again_when_it_changes(
     tmp_path: Path, media: Callable[..., Path]
 ) -> None:
-    wav = media("rec.wav", 4.0)
+    wav = media("rec.flac", 4.0)  # a FLAC: its header is not read, ffprobe is
     cache = tmp_path / "probes"
     first = ffmpeg.Probe(cache, ffprobe=FFPROBE)
     info = first.duration_of(str(wav))
@@ -335,7 +335,7 @@ def test_an_input_is_probed_once_across_processes_and_again_when_it_changes(
     assert second.duration_of(str(wav)) == info
     assert second.probes_run == 0
 
-    media("rec.wav", 2.0)  # the same name, rewritten: a new key, probed again
+    media("rec.flac", 2.0)  # the same name, rewritten: a new key, probed again
     third = ffmpeg.Probe(cache, ffprobe=FFPROBE)
     again = third.duration_of(str(wav))
     assert isinstance(again, ffmpeg.MediaInfo)
@@ -347,7 +347,7 @@ def test_an_input_is_probed_once_across_processes_and_again_when_it_changes(
 def test_a_corrupt_cache_entry_is_ignored_and_rewritten(
     tmp_path: Path, media: Callable[..., Path]
 ) -> None:
-    wav = media("rec.wav", 1.0)
+    wav = media("rec.flac", 1.0)
     cache = tmp_path / "probes"
     ffmpeg.Probe(cache, ffprobe=FFPROBE).duration_of(str(wav))
     (entry,) = cache.iterdir()
@@ -364,7 +364,7 @@ def test_a_cache_entry_of_an_older_version_is_probed_again(
     tmp_path: Path, media: Callable[..., Path]
 ) -> None:
     """Entries written before the decoded length was kept would estimate an m4a's end high."""
-    m4a = media("talk.m4a", 3.0)
+    m4a = media("talk.m4a", 3.0, "-metadata", "title=T")  # a tag: ffprobe reads it, not we
     cache = tmp_path / "probes"
     info = ffmpeg.Probe(cache, ffprobe=FFPROBE).duration_of(str(m4a))
     assert isinstance(info, ffmpeg.MediaInfo) and info.samples is not None
@@ -475,3 +475,94 @@ def test_container_duration_says_none_when_the_header_does_not_say(
     (tmp_path / "junk.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk")
     assert ffmpeg.container_duration(str(tmp_path / "junk.wav")) is None
     assert ffmpeg.container_duration(str(tmp_path / "missing.wav")) is None
+
+
+# -- everything from the header: plain WAVs and AAC-LC M4As need no ffprobe ---------------------
+
+
+TAGGED = ("-metadata", "title=Hi there", "-metadata", "ITRK=5", "-metadata", "IKEY=kw")
+BARE = ("-map_metadata", "-1", "-fflags", "+bitexact")  # not even the encoder's tag
+
+
+def _ffprobe_info(path: Path) -> ffmpeg.MediaInfo | ffmpeg.NotEstimable:
+    """What the probe makes of ffprobe's answer for ``path`` (a copy under a name whose header
+    the probe does not read, so ffprobe answers)."""
+    copy = path.with_name(path.name + ".bin")
+    shutil.copyfile(path, copy)
+    probe = ffmpeg.Probe(None, ffprobe=FFPROBE)
+    info = probe.duration_of(str(copy))
+    assert probe.probes_run == 1
+    return info
+
+
+@needs_ffmpeg
+@pytest.mark.parametrize(
+    ("name", "extra", "channels"),
+    [
+        ("cached.wav", ["-ar", "16000"], 1),  # batchalign3's cached WAV, cut group by group
+        ("tags.wav", [*TAGGED], 2),
+        ("u8.wav", ["-c:a", "pcm_u8", "-bitexact", "-ar", "22050"], 1),
+        ("talk.m4a", ["-c:a", "aac"], 1),
+        ("talk16k.m4a", ["-ar", "16000", "-c:a", "aac", "-b:a", "24k"], 1),
+        ("film.mp4", ["-ar", "48000", "-c:a", "aac", "-movflags", "+faststart"], 2),
+        ("bare.m4a", ["-ar", "22050", "-c:a", "aac", *BARE], 1),
+        ("six.m4a", ["-c:a", "aac"], 6),
+    ],
+)
+def test_the_header_says_what_ffprobe_says(
+    media: Callable[..., Path], name: str, extra: list[str], channels: int
+) -> None:
+    path = media(name, 7.3, *extra, channels=channels)
+    info = ffmpeg.header_info(str(path))
+    assert info is not None
+    assert info == _ffprobe_info(path)
+
+
+@needs_ffmpeg
+def test_the_header_says_nothing_where_ffprobe_must_read(
+    media: Callable[..., Path], tmp_path: Path
+) -> None:
+    unread = [
+        media("s24.wav", 2, "-c:a", "pcm_s24le"),  # WAVE_FORMAT_EXTENSIBLE
+        media("titled.m4a", 2, "-c:a", "aac", "-metadata", "title=T"),  # a tag ffprobe reads
+        media("frag.mp4", 2, "-c:a", "aac", "-movflags", "frag_keyframe+empty_moov"),
+        media("song.mp3", 2),
+        media("q.mov", 2, "-c:a", "aac"),  # a QuickTime sound description of version 1
+    ]
+    wav = media("w.wav", 2, "-ar", "16000")
+    whole = wav.read_bytes()
+    (tmp_path / "cut.wav").write_bytes(whole[: len(whole) - 100])  # shorter than its data
+    info = b"LIST\x10\x00\x00\x00INFOINAM\x02\x00\x00\x00T\x00"  # a title after the data
+    (tmp_path / "after.wav").write_bytes(whole + info)
+    (tmp_path / "junk.m4a").write_bytes(b"\x00\x00\x00\x18ftypM4A " + os.urandom(4096))
+    unread += [tmp_path / "cut.wav", tmp_path / "after.wav", tmp_path / "junk.m4a"]
+    for path in unread:
+        assert ffmpeg.header_info(str(path)) is None, path
+    assert isinstance(_ffprobe_info(tmp_path / "after.wav"), ffmpeg.MediaInfo)
+
+
+@needs_ffmpeg
+def test_the_probe_reads_a_plain_header_without_ffprobe_or_cache(
+    media: Callable[..., Path], tmp_path: Path
+) -> None:
+    cache = tmp_path / "probes"
+    for path in (media("c.wav", 3, "-ar", "16000"), media("t.m4a", 3, "-c:a", "aac")):
+        probe = ffmpeg.Probe(cache, ffprobe="/nonexistent/ffprobe")
+        info = probe.duration_of(str(path))
+        assert isinstance(info, ffmpeg.MediaInfo), info
+        assert probe.probes_run == 0
+        assert probe.cached(str(path)) == info
+    assert not cache.exists()  # nothing to remember: the header is read again, as cheaply
+
+
+def test_one_function_names_the_probe_caches_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$JANITOR_CACHE_DIR``, else the folder ``shim install`` gave the guard, else the user
+    cache folder: ``probes`` in it, for the guard, the daemon, the CLI and the pre-flight."""
+    default = ffmpeg.probe_cache_dir()
+    assert default == os.path.join(os.environ["XDG_CACHE_HOME"], "space-janitor", "probes")
+    assert ffmpeg.probe_cache_dir(tmp_path / "given") == str(tmp_path / "given" / "probes")
+    monkeypatch.setenv("JANITOR_CACHE_DIR", str(tmp_path / "env"))
+    assert ffmpeg.probe_cache_dir(tmp_path / "given") == str(tmp_path / "env" / "probes")
+    assert ffmpeg.probe_cache_dir() == str(tmp_path / "env" / "probes")

@@ -492,9 +492,10 @@ def test_an_unestimable_call_leaves_one_debug_line_in_the_guard_log(
 
 def test_information_options_are_the_ones_the_estimator_stops_at() -> None:
     from janitor.jobs import ffmpeg
+    from janitor.jobs.ffmpeg.args import EXIT, OPTIONS
     from janitor.jobs.guard import INFO_OPTIONS, asks_only_for_information
 
-    exits = {f"-{name}" for name, kind in ffmpeg._OPTIONS.items() if kind & ffmpeg._EXIT}
+    exits = {f"-{name}" for name, kind in OPTIONS.items() if kind & EXIT}
     assert exits == INFO_OPTIONS
     for option in INFO_OPTIONS:
         assert "writes no file" in (ffmpeg.parse([option, "-i", "a.wav", "b.wav"]).problem or "")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 __all__ = [
     "APP_NAME",
+    "default_cache_dir",
     "default_config_path",
     "default_runtime_dir",
     "default_state_dir",
@@ -43,6 +44,13 @@ def default_state_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_state_dir(APP_NAME, appauthor=False))
+
+
+def default_cache_dir() -> Path:
+    """``~/.cache/space-janitor`` on Linux: what can be worked out again (the probe cache)."""
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
 def default_runtime_dir() -> Path:

@@ -518,12 +518,7 @@ class _Calls:
 
         probe = getattr(self, "_probe_cache", None)
         if probe is None:
-            import platformdirs
-
-            from janitor.config.settings import APP_NAME
-
-            folder = platformdirs.user_cache_dir(APP_NAME, appauthor=False)
-            probe = self._probe_cache = ffmpeg.Probe(os.path.join(folder, "probes"))
+            probe = self._probe_cache = ffmpeg.Probe(ffmpeg.probe_cache_dir())
         return probe
 
     def guard_release(self, req: GuardRelease) -> bytes:

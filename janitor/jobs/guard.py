@@ -70,7 +70,7 @@ DEFAULT_WAIT_S = 120.0
 MARGIN = 0.05
 SLACK = 256 * 1024
 #: ffmpeg's options that print something and exit (OPT_EXIT in its option table, 5.1 to 7.1):
-#: the estimator's parser stops at one of them (janitor.jobs.ffmpeg, kind ``_EXIT``).
+#: the estimator's parser stops at one of them (janitor.jobs.ffmpeg.args, kind ``EXIT``).
 INFO_OPTIONS = frozenset(
     ("-L", "-h", "-?", "-help", "--help", "-version", "-buildconf", "-formats", "-muxers",
      "-demuxers", "-devices", "-codecs", "-decoders", "-encoders", "-bsfs", "-protocols",
@@ -502,8 +502,7 @@ def _plan(args: list[str], cache_dir: str | None, real: str) -> dict[str, Any] |
     """The request for this call's writes, or why it cannot be estimated."""
     from janitor.jobs import ffmpeg
 
-    folder = os.environ.get("JANITOR_CACHE_DIR") or cache_dir
-    probe = ffmpeg.Probe(os.path.join(folder, "probes") if folder else None, ffmpeg=real)
+    probe = ffmpeg.Probe(ffmpeg.probe_cache_dir(cache_dir), ffmpeg=real)
     cwd = os.getcwd()
     est = ffmpeg.estimate_command(args, cwd=cwd, probe=probe)
     if isinstance(est, ffmpeg.NotEstimable):

@@ -4,8 +4,9 @@ Before: with ``--media``, a pre-flight of the bytes the job will write, as batch
 them (../shared/BRIEF.md): a media-cache WAV (16 kHz mono s16le, 32,000 B/s plus its header)
 for each input that needs converting (``.mp4 .m4a .webm .wma``) and is not cached yet, plus
 each file's float32 PCM working set (its whole duration x 64,000 B/s: every alignment group's
-PCM stays until the file is done) for as many files as run at once. Printed beside each
-volume's headroom; ``--require-fit`` refuses (exit 75) before the command starts.
+PCM stays until the file is done) for as many files as run at once, each to the byte as
+``janitor estimate`` says it (janitor.jobs.estimate). Printed beside each volume's headroom;
+``--require-fit`` refuses (exit 75) before the command starts.
 
 During: the command runs with a guard script first on ``PATH`` (no install needed), its
 signals passed on, never outliving us; every ffmpeg call it makes is reserved (janitor.jobs.guard).
@@ -33,6 +34,7 @@ from janitor.host.batchalign3 import media_cache_dir
 
 if TYPE_CHECKING:
     from janitor.core import Janitor
+    from janitor.jobs.ffmpeg import Probe
     from janitor.jobs.run_daemon import RunDaemon
 
 __all__ = [
@@ -53,10 +55,6 @@ __all__ = [
 CONVERTED = frozenset({".mp4", ".m4a", ".webm", ".wma"})
 #: Extensions taken as media when a folder is given.
 MEDIA = CONVERTED | {".wav", ".mp3", ".flac", ".ogg", ".aac", ".aiff", ".aif", ".opus", ".mov"}
-#: The cache WAV's byte rate (16 kHz mono s16le) and the PCM windows' (16 kHz mono f32le).
-WAV_RATE = 32_000
-PCM_RATE = 64_000
-WAV_HEADER = 78  # what ffmpeg's wav muxer writes: RIFF/fmt/data and a LIST chunk naming Lavf
 _CHUNK = 65536
 #: How long a run waits, once its command ended, for guarded calls still finishing their files.
 GUARD_GRACE_S = 10.0
@@ -234,25 +232,27 @@ def _media_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     return out
 
 
-def _plan_one(path: str, duration_of: Callable[[str], Any], cache: Path) -> MediaPlan:
-    from janitor.jobs.ffmpeg import container_duration
+def _plan_one(path: str, probe: Probe, cache: Path) -> MediaPlan:
+    """One input's costs, by the one estimator (janitor.jobs.estimate): its cache WAV when
+    batchalign3 converts it and it is not cached yet, and its whole float32 PCM."""
+    from janitor.jobs.estimate import Estimate, estimate_bytes
 
     converts = os.path.splitext(path)[1].lower() in CONVERTED
     try:
-        known = container_duration(path)  # WAV and MP4 headers say it: no ffprobe needed
-        info = duration_of(path) if known is None else None
+        pcm = estimate_bytes(path, "f32", probe=probe)
+        wav = estimate_bytes(path, "wav16", probe=probe) if converts else None
     except Exception as exc:  # one unreadable file does not stop the others' pre-flight
         return MediaPlan(path, None, converts, False, 0, 0, f"cannot probe: {exc}")
-    duration = known if known is not None else getattr(info, "duration_s", None)
-    if duration is None:
-        reason = getattr(info, "reason", "no duration")
-        return MediaPlan(path, None, converts, False, 0, 0, f"cannot probe: {reason}")
+    for est in (pcm, wav):
+        if est is not None and not isinstance(est, Estimate):
+            return MediaPlan(path, None, converts, False, 0, 0, f"cannot probe: {est.reason}")
+    assert isinstance(pcm, Estimate)
     cached = False
     if converts:
         fp = fingerprint(path)
         cached = fp is not None and (cache / f"{fp}.wav").exists()
-    cache_bytes = 0 if cached or not converts else round(duration * WAV_RATE) + WAV_HEADER
-    return MediaPlan(path, duration, converts, cached, cache_bytes, round(duration * PCM_RATE))
+    cache_bytes = wav.bytes if isinstance(wav, Estimate) and not cached else 0
+    return MediaPlan(path, pcm.duration_s, converts, cached, cache_bytes, pcm.bytes)
 
 
 def preflight(
@@ -270,10 +270,11 @@ def preflight(
     They are counted where batchalign3 writes them, as this environment (the command's) names
     the places: its media cache (``$BATCHALIGN_MEDIA_CACHE_DIR``, else its default) and
     ``$TMPDIR``, each with the policy's tree that holds it, or said to be managed by none.
-    Durations come from ffprobe, in parallel (``workers``, default 2 per core), remembered per
-    file (janitor.jobs.ffmpeg.Probe) so a second pre-flight of the same folder is instant.
+    Each file's bytes are what ``janitor estimate`` says for it (the one estimator); what it
+    needs of a file comes from its header, or from ffprobe in parallel (``workers``, default 2
+    per core), remembered per file (janitor.jobs.ffmpeg.Probe) so a second pre-flight of the
+    same folder is instant.
     """
-    from janitor.config.settings import APP_NAME
     from janitor.host.space import volume_stats
     from janitor.jobs import ffmpeg
 
@@ -282,15 +283,11 @@ def preflight(
     files = _media_files(media)
     cache = cache_dir or media_cache_dir()
     tmp = tmp_dir or Path(tempfile.gettempdir())
-    import platformdirs
-
-    probe = ffmpeg.Probe(
-        os.path.join(platformdirs.user_cache_dir(APP_NAME, appauthor=False), "probes")
-    )
+    probe = ffmpeg.Probe(ffmpeg.probe_cache_dir())
     plans: list[MediaPlan] = []
     n_workers = workers or max(2, 2 * (os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=n_workers) as pool:
-        for i, plan in enumerate(pool.map(lambda p: _plan_one(p, probe.duration_of, cache), files)):
+        for i, plan in enumerate(pool.map(lambda p: _plan_one(p, probe, cache), files)):
             plans.append(plan)
             if progress is not None:
                 progress(i + 1, len(files))

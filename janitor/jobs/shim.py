@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from janitor.config.paths import default_cache_dir
 from janitor.config.settings import APP_NAME, Settings
 from janitor.errors import ConfigError
 from janitor.jobs.guard import GUARD_MARK, GuardError, find_real_ffmpeg
@@ -43,12 +44,6 @@ def default_bin_dir() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)) / "bin"
 
 
-def _cache_dir() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
-
-
 def _import_paths() -> list[str]:
     """Where the guard's interpreter finds janitor and what it imports, without ``site``."""
     import janitor
@@ -65,7 +60,7 @@ def script(settings: Settings, *, python: str | None = None) -> str:
     interpreter = python or sys.executable
     kwargs: dict[str, object] = {
         "socket_path": str(settings.socket_path),
-        "cache_dir": str(_cache_dir()),
+        "cache_dir": str(default_cache_dir()),
         "log_dir": str(settings.log_dir),
         "policy": str(settings.policy_path),
         "wait_s": settings.guard_wait_s,
