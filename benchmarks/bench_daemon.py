@@ -96,7 +96,7 @@ DAEMON_IMPORTS = ", ".join(
         "janitor.daemon.supervisor",
         "janitor.core",
         "janitor.daemon.api",
-        "janitor.daemon.watch",
+        "janitor.daemon.tree_watcher",
         "janitor.host.inuse",
         "uvicorn",
         *API_EXTRAS,

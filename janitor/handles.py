@@ -20,13 +20,18 @@ if TYPE_CHECKING:
 __all__ = ["Pin", "Reservation"]
 
 
-class _Janitor(Protocol):
-    """What a handle calls back: the part of ``janitor.core.Janitor`` it needs."""
+class _Reserver(Protocol):
+    """What a reservation calls back: the part of ``janitor.reserving.Reserving`` it needs."""
 
     def release(self, reservation_id: str) -> ReservationInfo: ...
     def renew(self, reservation_id: str, ttl: float | str | None = None) -> ReservationInfo: ...
     def grow(self, reservation_id: str, nbytes: int | str) -> ReservationInfo: ...
     def check_risk(self, info: ReservationInfo) -> None: ...
+
+
+class _Unpinner(Protocol):
+    """What a pin calls back: ``janitor.core.Janitor.unpin``."""
+
     def unpin(self, key: str) -> list[PinInfo]: ...
 
 
@@ -38,7 +43,7 @@ class Reservation:
     ...     r.check()          # SpaceRisk once the volume is critical: stop early
     """
 
-    def __init__(self, janitor: _Janitor, info: ReservationInfo) -> None:
+    def __init__(self, janitor: _Reserver, info: ReservationInfo) -> None:
         self._janitor = janitor
         self.info = info
         self._released = False
@@ -110,7 +115,7 @@ class Pin:
     ...     samples = read_wav(cache / f"{fp}.wav")
     """
 
-    def __init__(self, janitor: _Janitor, info: PinInfo) -> None:
+    def __init__(self, janitor: _Unpinner, info: PinInfo) -> None:
         self._janitor = janitor
         self.info = info
         self._ended = False

@@ -23,9 +23,9 @@ __all__ = [
     "LABEL",
     "UNIT_NAME",
     "LaunchdService",
-    "Service",
     "ServiceState",
     "SystemdService",
+    "UserService",
     "service_for",
     "template_path",
 ]
@@ -63,8 +63,9 @@ class ServiceState:
     file: str
 
 
-class Service:
-    """The workflow; subclasses give the file, the template and the manager's commands."""
+class UserService:
+    """The daemon as a user service of the OS's service manager (launchd, systemd): the
+    workflow; subclasses give the file, the template and the manager's commands."""
 
     template: str = ""
 
@@ -198,7 +199,7 @@ class Service:
         return lines[-n:]
 
 
-class LaunchdService(Service):
+class LaunchdService(UserService):
     """A LaunchAgent in ~/Library/LaunchAgents, loaded with ``launchctl bootstrap gui/$UID``."""
 
     template = "macos/org.space-janitor.daemon.plist.in"
@@ -241,7 +242,7 @@ class LaunchdService(Service):
         return ServiceState(installed, running, detail, str(self.file))
 
 
-class SystemdService(Service):
+class SystemdService(UserService):
     """A systemd user unit in ~/.config/systemd/user, managed with ``systemctl --user``."""
 
     template = "linux/space-janitor.service.in"
@@ -290,8 +291,8 @@ class SystemdService(Service):
         return super().log_lines(n)
 
 
-def service_for(platform: str, settings: Settings, **kwargs: object) -> Service:
-    """The Service of ``sys.platform``: launchd on ``darwin``, systemd on ``linux``."""
+def service_for(platform: str, settings: Settings, **kwargs: object) -> UserService:
+    """The UserService of ``sys.platform``: launchd on ``darwin``, systemd on ``linux``."""
     if platform == "darwin":
         return LaunchdService(settings, **kwargs)  # type: ignore[arg-type]
     if platform.startswith("linux"):

@@ -183,7 +183,7 @@ def test_a_shell_scripts_reservation_ends_with_the_script(
         assert script.stdout is not None
         rid = script.stdout.readline().strip()
         assert ID_RE.match(rid), rid
-        assert jan.check("t", 1).reserved == 20 * MiB
+        assert jan.would_fit("t", 1).reserved == 20 * MiB
         assert jan.get(rid).owner_pid == script.pid
     finally:
         script.kill()
@@ -286,7 +286,7 @@ def test_refusal_exits_75_with_the_numbers(
     assert (data["available"], data["shortfall"]) == (request - 1, 1)
     assert (data["tree"], data["volume"]) == ("t", str(vol.mount))
     assert data["message"] in line
-    assert vol.janitor().check("t", 1).reserved == 10 * MiB  # nothing was added
+    assert vol.janitor().would_fit("t", 1).reserved == 10 * MiB  # nothing was added
 
 
 def test_check_exit_codes_and_json(

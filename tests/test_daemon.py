@@ -556,7 +556,7 @@ def test_watcher_reports_a_watched_file_once_per_change_and_not_on_reads(tmp_pat
     (debounced, once), reading the file or touching another file in the folder is not."""
     import threading
 
-    from janitor.daemon.watch import TreeWatcher
+    from janitor.daemon.tree_watcher import TreeWatcher
 
     policy = tmp_path / "policy.toml"
     policy.write_text("a")

@@ -26,7 +26,7 @@ from janitor import Janitor
 from janitor.cleanup.delete import apply
 from janitor.cleanup.scan import scan
 from janitor.config.policy import Policy
-from janitor.daemon.watch import TreeWatcher
+from janitor.daemon.tree_watcher import TreeWatcher
 from janitor.host.fdwalk import FolderChain, tree_shape, tree_size
 from janitor.host.space import allocated_size
 

@@ -1,6 +1,6 @@
 """The package's shape, checked from its source: layers import downwards only, no import cycles
 (counting imports inside functions and under ``TYPE_CHECKING``), SQL only in ``janitor.ledger``,
-no class of the daemon longer than 300 lines, and every type the API returns exported.
+no class longer than 300 lines, and every type the API returns exported.
 
 These read the code with ``ast``; nothing is imported except the package's public names.
 """
@@ -25,7 +25,7 @@ LAYERS = [
     ("janitor.ledger",),
     ("janitor.admission",),
     ("janitor.cleanup",),
-    ("janitor.handles", "janitor.core", "janitor.status", "janitor.usage"),
+    ("janitor.handles", "janitor.reserving", "janitor.core", "janitor.status", "janitor.usage"),
     ("janitor.jobs", "janitor.guard"),
     ("janitor.doctor", "janitor.service"),
     ("janitor.daemon",),
@@ -142,9 +142,10 @@ def test_layers_import_downwards_only() -> None:
 
 
 def test_storage_never_knows_janitor() -> None:
-    """Storage, admission and cleanup never import ``Janitor`` or the handles beside it."""
+    """Storage, admission and cleanup never import ``Janitor``, its parts or the handles."""
     low = [m for m in GRAPH if layer_of(m) <= layer_of("janitor.cleanup")]
-    assert [(m, t) for m in low for t in GRAPH[m] if t in ("janitor.core", "janitor.handles")] == []
+    janitor_ = ("janitor.core", "janitor.reserving", "janitor.handles")
+    assert [(m, t) for m in low for t in GRAPH[m] if t in janitor_] == []
 
 
 def test_the_guards_wire_stands_alone() -> None:
@@ -185,15 +186,32 @@ def test_sql_lives_in_the_ledger_package_only() -> None:
     assert outside == {}
 
 
-@pytest.mark.parametrize("name", sorted(m for m in MODULES if m.startswith("janitor.daemon")))
-def test_no_daemon_class_is_longer_than_300_lines(name: str) -> None:
-    tree = ast.parse(MODULES[name].read_text())
-    long = {
+#: Classes known to be longer, each with the issue that cuts it. Remove a line once it is fixed.
+LONG_CLASSES_KNOWN: set[tuple[str, str]] = set()
+
+
+def long_classes(source: str, limit: int = 300) -> dict[str, int]:
+    """Each class of ``source`` longer than ``limit`` lines (nested ones too), with its length."""
+    return {
         node.name: (node.end_lineno or node.lineno) - node.lineno + 1
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ClassDef) and (node.end_lineno or 0) - node.lineno >= 300
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef)
+        and (node.end_lineno or node.lineno) - node.lineno + 1 > limit
     }
-    assert long == {}
+
+
+def test_the_class_length_check_counts_lines() -> None:
+    body = "    x = 1\n" * 299
+    assert long_classes(f"class Short:\n{body}") == {}  # 300 lines in all
+    assert long_classes(f"class Long:\n{body}    y = 2\n") == {"Long": 301}
+    nested = "class Outer:\n    class Inner:\n" + "        x = 1\n" * 300
+    assert long_classes(nested) == {"Outer": 302, "Inner": 301}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_class_is_longer_than_300_lines(name: str) -> None:
+    long = long_classes(MODULES[name].read_text())
+    assert {c: n for c, n in long.items() if (name, c) not in LONG_CLASSES_KNOWN} == {}
 
 
 def test_the_supervisor_is_short() -> None:

@@ -164,7 +164,7 @@ def test_percentages_resolve_against_the_volume(
         volume={"free_low": "10%", "free_target": "20%"},
     )
     jan = Janitor.from_settings(policy=policy)
-    decision = jan.check("t", 1)
+    decision = jan.would_fit("t", 1)
     assert decision.floor == int(total * 5 / 100)
     vol = jan.status().volumes[0]
     assert (vol.total, vol.floor) == (total, int(total * 0.05))
@@ -180,7 +180,7 @@ def test_default_floor_is_ten_percent_of_a_small_volume(
     mount = tmpfs("64m")
     policy = write_policy({"t": mount / "t"}, floor=None)
     jan = Janitor.from_settings(policy=policy)
-    assert jan.check("t", 1).floor == 64 * MiB // 10
+    assert jan.would_fit("t", 1).floor == 64 * MiB // 10
 
 
 @pytest.mark.parametrize("bad", ["150%", "-5%", "x%", "five"])

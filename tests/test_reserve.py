@@ -105,8 +105,8 @@ def test_the_boundary_is_exact_to_the_byte(managed_volume: MakeVolume, fill: Fil
     fill(vol.tree / "x.bin", 123 * 4096)
     jan = vol.janitor()
     available = vol.free() - 8 * MiB
-    assert jan.check("t", available).fits
-    assert not jan.check("t", available + 1).fits
+    assert jan.would_fit("t", available).fits
+    assert not jan.would_fit("t", available + 1).fits
     with pytest.raises(ReservationRefused) as info:
         jan.reserve("t", available + 1)
     assert info.value.shortfall == 1
@@ -132,7 +132,7 @@ def test_refusal_below_the_floor_reports_the_whole_shortfall(
     free = vol.free()
     assert free < 8 * MiB
     expected = MiB + (8 * MiB - free)
-    assert jan.check("t", MiB).shortfall == expected
+    assert jan.would_fit("t", MiB).shortfall == expected
     with pytest.raises(ReservationRefused) as info:
         jan.reserve("t", MiB)
     assert info.value.free == free
@@ -149,7 +149,7 @@ def test_written_bytes_stop_counting_as_reserved(managed_volume: MakeVolume, fil
     out = vol.tree / "out.wav"
     r = jan.reserve("t", 20 * MiB, path=out, job="convert")
     assert r.path == out
-    start = jan.check("t", 1)
+    start = jan.would_fit("t", 1)
     assert start.reserved == 20 * MiB
     headroom = start.free - start.floor - start.reserved
     assert headroom == 64 * MiB - 8 * MiB - 20 * MiB
@@ -157,7 +157,7 @@ def test_written_bytes_stop_counting_as_reserved(managed_volume: MakeVolume, fil
     for written in (4 * MiB, 12 * MiB, 20 * MiB):
         fill(out, written - allocated_size(out))
         assert out.stat().st_blocks * 512 == written
-        d = jan.check("t", 1)
+        d = jan.would_fit("t", 1)
         assert d.free == free_of(vol.mount) == 64 * MiB - written
         assert d.reserved == 20 * MiB - written
         # Writing into one's own reservation uses none of anybody else's headroom.
@@ -171,7 +171,7 @@ def test_written_bytes_stop_counting_as_reserved(managed_volume: MakeVolume, fil
         assert other.nbytes == headroom
     # Writing past the reservation: outstanding stays at zero, the excess comes out of free.
     fill(out, 4 * MiB)
-    d = jan.check("t", 1)
+    d = jan.would_fit("t", 1)
     assert d.reserved == 0
     assert d.free - d.floor == headroom - 4 * MiB
     r.release()
@@ -184,12 +184,12 @@ def test_a_folder_path_counts_everything_written_under_it(
     jan = vol.janitor()
     job = vol.tree / ".tmpab12cd"
     with jan.reserve("t", 16 * MiB, path=job):
-        assert jan.check("t", 1).reserved == 16 * MiB  # the folder does not exist yet
+        assert jan.would_fit("t", 1).reserved == 16 * MiB  # the folder does not exist yet
         fill(job / "fa_v2" / "audio" / "1.pcm", 3 * MiB)
         fill(job / "fa_v2" / "audio" / "2.pcm", 5 * MiB)
-        assert jan.check("t", 1).reserved == 16 * MiB - allocated_size(job)
+        assert jan.would_fit("t", 1).reserved == 16 * MiB - allocated_size(job)
         assert allocated_size(job) >= 8 * MiB
-    assert jan.check("t", 1).reserved == 0
+    assert jan.would_fit("t", 1).reserved == 0
 
 
 def test_path_must_lie_inside_the_tree(managed_volume: MakeVolume, tmp_path: Path) -> None:
@@ -237,14 +237,14 @@ def test_reservations_of_other_processes_count(
     other = holder(vol.policy, "t", 30 * MiB)
     info = jan.get(other.id)
     assert (info.owner_pid, info.state, info.job) == (other.pid, "live", "holder")
-    d = jan.check("t", 1)
+    d = jan.would_fit("t", 1)
     assert d.reserved == 30 * MiB
     with pytest.raises(ReservationRefused) as refused:
         jan.reserve("t", 30 * MiB)
     assert refused.value.reserved == 30 * MiB
     other.release()
     assert jan.get(other.id).state == "released"
-    assert jan.check("t", 1).reserved == 0
+    assert jan.would_fit("t", 1).reserved == 0
     jan.reserve("t", 30 * MiB).release()
 
 
@@ -252,10 +252,10 @@ def test_released_and_expired_stop_counting(managed_volume: MakeVolume) -> None:
     vol = managed_volume("64m", floor="8MiB")
     jan = vol.janitor()
     r = jan.reserve("t", 10 * MiB)
-    assert jan.check("t", 1).reserved == 10 * MiB
+    assert jan.would_fit("t", 1).reserved == 10 * MiB
     r.release()
     assert r.released
-    assert jan.check("t", 1).reserved == 0
+    assert jan.would_fit("t", 1).reserved == 0
     r.release()  # twice is harmless
     with pytest.raises(UnknownReservation):
         jan.release(r.id)
@@ -265,10 +265,10 @@ def test_released_and_expired_stop_counting(managed_volume: MakeVolume) -> None:
     first_expiry = renewed.info.expires
     renewed.renew(3600)
     assert renewed.info.expires > first_expiry + 3000
-    assert jan.check("t", 1).reserved == 17 * MiB
+    assert jan.would_fit("t", 1).reserved == 17 * MiB
     while time.time() <= max(short.info.expires, first_expiry):
         time.sleep(0.05)
-    assert jan.check("t", 1).reserved == 5 * MiB  # the renewed one still counts
+    assert jan.would_fit("t", 1).reserved == 5 * MiB  # the renewed one still counts
     assert jan.get(short.id).state == "expired"
     assert jan.get(renewed.id).state == "live"
     assert [e.reservation for e in _events(jan, "expired")] == [short.id]
@@ -283,11 +283,11 @@ def test_context_manager_releases_on_exception(managed_volume: MakeVolume) -> No
     jan = managed_volume("64m").janitor()
     with pytest.raises(RuntimeError, match="job failed"):  # noqa: SIM117
         with jan.reserve("t", 10 * MiB, job="doomed") as r:
-            assert jan.check("t", 1).reserved == 10 * MiB
+            assert jan.would_fit("t", 1).reserved == 10 * MiB
             raise RuntimeError("job failed")
     assert r.released
     assert jan.get(r.id).state == "released"
-    assert jan.check("t", 1).reserved == 0
+    assert jan.would_fit("t", 1).reserved == 0
     assert [e.reservation for e in _events(jan, "release")] == [r.id]
 
 
@@ -357,11 +357,11 @@ def test_an_owner_seen_alive_then_left_a_zombie_counts_as_dead(
     vol = managed_volume("64m", floor="8MiB")
     jan = vol.janitor()
     victim = holder(vol.policy, "t", 50 * MiB)
-    assert jan.check("t", 1).reserved == 50 * MiB  # seen alive: now watched
+    assert jan.would_fit("t", 1).reserved == 50 * MiB  # seen alive: now watched
     os.kill(victim.pid, signal.SIGKILL)
     os.waitid(os.P_PID, victim.pid, os.WEXITED | os.WNOWAIT)
     assert psutil.Process(victim.pid).status() == psutil.STATUS_ZOMBIE
-    assert jan.check("t", 1).reserved == 0
+    assert jan.would_fit("t", 1).reserved == 0
     assert jan.get(victim.id).state == "dead"
     assert victim.proc.poll() == -signal.SIGKILL
 
@@ -371,7 +371,7 @@ def test_reused_pid_counts_as_dead(managed_volume: MakeVolume, holder: StartHold
     vol = managed_volume("64m", floor="8MiB")
     jan = vol.janitor()
     other = holder(vol.policy, "t", 50 * MiB)
-    assert jan.check("t", 1).reserved == 50 * MiB
+    assert jan.would_fit("t", 1).reserved == 50 * MiB
     # Pretend the recorded owner started a minute before the process now holding that pid.
     conn = sqlite3.connect(jan.settings.ledger_path)
     with conn:
@@ -379,7 +379,7 @@ def test_reused_pid_counts_as_dead(managed_volume: MakeVolume, holder: StartHold
             "UPDATE reservations SET owner_start = owner_start - 60 WHERE id = ?", (other.id,)
         )
     conn.close()
-    assert jan.check("t", 1).reserved == 0
+    assert jan.would_fit("t", 1).reserved == 0
     assert jan.get(other.id).state == "dead"
     assert other.proc.poll() is None  # the process itself is alive and well
 
@@ -560,7 +560,7 @@ def test_many_processes_never_grant_past_the_floor(
 
     # The workers are gone: one more admission ends what they kept.
     jan = vol.janitor()
-    assert jan.check("t", 1).reserved == 0
+    assert jan.would_fit("t", 1).reserved == 0
     assert vol.free() == free  # nothing wrote to the volume: free was constant throughout
 
     replay = _replay(jan.settings.ledger_path, free=free, floor=8 * MiB)

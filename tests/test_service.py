@@ -1,7 +1,7 @@
 """`janitor service`: the launchd plist and systemd unit it renders, and how it drives the managers.
 
 Neither launchd nor a systemd user manager runs here, so ``launchctl``/``systemctl``/``journalctl``
-are the only things replaced: a recording ``runner`` is injected into the Service objects and
+are the only things replaced: a recording ``runner`` is injected into the UserService objects and
 answers with real ``subprocess.CompletedProcess`` values. Everything else is real: the templates
 from ``packaging/``, the files written under a temporary home / ``XDG_CONFIG_HOME``, ``plistlib``,
 ``systemd-analyze verify`` and ``plutil -lint`` where installed, and the ``janitor`` console script

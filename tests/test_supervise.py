@@ -198,11 +198,11 @@ def test_a_reservation_lives_while_its_command_runs_after_its_owner_died(
         owner.kill()
         owner.wait()
         assert [x.id for x in jan.reservations()] == [r.id]
-        assert jan.check("t", "1M").reserved == 4 << 20  # still counted by admission
+        assert jan.would_fit("t", "1M").reserved == 4 << 20  # still counted by admission
         command.kill()
         command.wait()
         assert jan.reservations() == []
-        assert jan.check("t", "1M").reserved == 0
+        assert jan.would_fit("t", "1M").reserved == 0
         assert [e.event for e in jan.log() if e.reservation == r.id] == ["grant", "dead"]
     finally:
         for p in (owner, command):

@@ -218,7 +218,7 @@ def test_a_reservation_is_admitted_after_evicting_the_oldest_entries(
     full_volume: tuple[Janitor, Path, list[Path]],
 ) -> None:
     jan, work, wavs = full_volume
-    assert jan.check("work", "20MiB").fits is False
+    assert jan.would_fit("work", "20MiB").fits is False
     with jan.reserve("work", "20MiB", path=work / ".tmpjob", job="fa") as r:
         assert r.nbytes == 20 * MiB
         gone = [w for w in wavs if not w.exists()]

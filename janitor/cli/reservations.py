@@ -150,7 +150,7 @@ def check(
         return
     if tree is None or size is None:
         fail("give TREE and SIZE, or --reservation ID", 2)
-    d = jan.check(tree, size, path=path)
+    d = jan.would_fit(tree, size, path=path)
     level, reason = d.level, d.reason
     if as_json:
         print_json(d.as_dict())

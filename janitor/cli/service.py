@@ -20,7 +20,7 @@ from janitor.cli.common import (
 from janitor.errors import EXIT_PROBLEM
 
 if TYPE_CHECKING:
-    from janitor.service import Service
+    from janitor.service import UserService
 
 __all__ = [
     "daemon",
@@ -68,7 +68,7 @@ _PlatformOpt = Annotated[
 ]
 
 
-def _service(platform: str | None) -> Service:
+def _service(platform: str | None) -> UserService:
     from janitor.service import service_for
 
     return service_for(platform or sys.platform, settings(), say=say)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from janitor.config.settings import Settings
-from janitor.daemon.lifecycle import Service
+from janitor.daemon.lifecycle import DaemonPart
 from janitor.daemon.metrics_app import MetricsSource
 from janitor.daemon.metrics_listener import MetricsListener
 from janitor.daemon.textfile import Textfile
@@ -30,7 +30,7 @@ class Exporters:
         self.textfile = (
             None if path is None else Textfile(source, path, every_s=settings.sample_interval_s)
         )
-        self._services: list[Service] = [s for s in (self.listener, self.textfile) if s]
+        self._services: list[DaemonPart] = [s for s in (self.listener, self.textfile) if s]
 
     def start(self) -> None:
         """Start each (a listener that cannot bind logs why; the daemon runs on)."""

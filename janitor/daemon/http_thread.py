@@ -2,7 +2,8 @@
 
 The API server (:mod:`.server`) and the metrics listener (:mod:`.metrics_listener`) each run
 one, so a failure of one never takes the other's sockets with it, and each is started and
-stopped with the daemon like any other service.
+stopped with the daemon like any other service: both are an :class:`HttpPart`, which stops and
+joins its thread and closes what its app used.
 
 uvicorn is driven through ``startup()`` and ``shutdown()`` rather than ``serve()``, whose main
 loop wakes ten times a second to refresh the ``Date`` header and look at ``should_exit``: here
@@ -20,14 +21,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from email.utils import formatdate
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import uvicorn
 from starlette.types import ASGIApp
 
-__all__ = ["HttpThread"]
+__all__ = ["HttpPart", "HttpThread"]
 
 log = logging.getLogger("janitor.daemon")
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_C = TypeVar("_C", bound=_Closable)
 
 
 class HttpThread:
@@ -130,6 +138,58 @@ class HttpThread:
                 sock.close()
             except OSError:
                 pass
+
+
+class HttpPart:
+    """A part of the daemon that serves one app on an :class:`HttpThread`, once ``start()``
+    got that far (binding its sockets may fail first): ``stop()`` asks the server to stop,
+    ``join()`` waits for its thread and closes its sockets, then what the app used (its
+    worker pool, registered with :meth:`_closes`)."""
+
+    def __init__(self) -> None:
+        self._http: HttpThread | None = None
+        self._closing: list[_Closable] = []
+
+    def _closes(self, thing: _C) -> _C:
+        """``thing``, to be closed by ``join()`` after the server's thread ended."""
+        self._closing.append(thing)
+        return thing
+
+    def _serve(
+        self,
+        app: ASGIApp,
+        sockets: list[socket.socket],
+        stop: threading.Event,
+        *,
+        name: str,
+        what: str,
+        on_failure: Callable[[], None],
+        server_header: bool = True,
+    ) -> None:
+        """Serve ``app`` on ``sockets`` from a thread of its own (see :class:`HttpThread`)."""
+        self._http = HttpThread(
+            app,
+            sockets,
+            stop,
+            name=name,
+            what=what,
+            on_failure=on_failure,
+            server_header=server_header,
+        )
+        self._http.start()
+
+    def stop(self) -> None:
+        """Stop accepting; open connections get uvicorn's one second of grace."""
+        if self._http is not None:
+            self._http.stop()
+
+    def join(self) -> None:
+        """Wait for the server's thread (3 s at most), close its sockets, then what its app
+        used."""
+        if self._http is not None:
+            self._http.join()
+        for thing in self._closing:
+            thing.close()
 
 
 class _DateHeaders(list[tuple[bytes, bytes]]):

@@ -1,4 +1,5 @@
-"""What every daemon service is: started in order, asked to stop, then joined, in reverse order.
+"""What every part of the daemon is (a :class:`DaemonPart`): started in order, asked to stop,
+then joined, in reverse order.
 
 ``stop()`` only asks (it never waits), so the supervisor can ask every service first and wait
 for them after: a stopping daemon waits for its slowest thread, not for the sum of them.
@@ -11,12 +12,12 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["OnStop", "Service", "guarded"]
+__all__ = ["DaemonPart", "OnStop", "guarded"]
 
 log = logging.getLogger("janitor.daemon")
 
 
-class Service(Protocol):
+class DaemonPart(Protocol):
     """A part of the daemon with a lifetime: ``start()``, ``stop()`` (ask), ``join()`` (wait).
 
     ``stop()`` and ``join()`` are called even when ``start()`` failed half-way, so they must

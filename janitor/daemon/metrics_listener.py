@@ -1,7 +1,7 @@
 """The metrics listener: ``metrics_listen`` served with :mod:`.metrics_app`, for a Prometheus on
 another machine, as an exporter serves it (node_exporter's ``:9100``).
 
-It is served by uvicorn from a thread and event loop of its own (:class:`.HttpThread`, as the
+It is served by uvicorn from a thread and event loop of its own (an :class:`.HttpPart`, as the
 API), started after the API server and stopped before it. An address that cannot be bound (the
 port in use, an address this machine does not have, a name that does not resolve) is one ERROR
 line in the daemon's log, and the daemon runs on without the listener: the socket API, the
@@ -20,7 +20,7 @@ from typing import Any
 
 from janitor.config.listen import ListenAddress
 from janitor.daemon.api import Offload
-from janitor.daemon.http_thread import HttpThread
+from janitor.daemon.http_thread import HttpPart
 from janitor.daemon.metrics_app import MetricsSource, metrics_app
 
 __all__ = ["MetricsListener", "bind_listen"]
@@ -31,7 +31,7 @@ log = logging.getLogger("janitor.daemon")
 _WORKERS = 2
 
 
-class MetricsListener:
+class MetricsListener(HttpPart):
     """Serves ``/metrics`` of ``source`` on ``address`` from ``start()`` until ``stop()``."""
 
     def __init__(
@@ -42,14 +42,13 @@ class MetricsListener:
         *,
         version: str,
     ) -> None:
+        super().__init__()
         self.source = source
         self.address = address
         self.version = version
         #: Why the listener does not listen (None while it does, or before ``start()``).
         self.error: str | None = None
         self._stop = stop
-        self._offload: Offload | None = None
-        self._http: HttpThread | None = None
 
     def start(self) -> None:
         """Bind and serve; a failure to bind is logged, never raised."""
@@ -64,9 +63,9 @@ class MetricsListener:
                 self.error,
             )
             return
-        self._offload = Offload(max_workers=_WORKERS, name="janitor-metrics-worker")
-        self._http = HttpThread(
-            metrics_app(self.source, self._offload, version=self.version),
+        offload = self._closes(Offload(max_workers=_WORKERS, name="janitor-metrics-worker"))
+        self._serve(
+            metrics_app(self.source, offload, version=self.version),
             sockets,
             self._stop,
             name="janitor-metrics",
@@ -74,21 +73,8 @@ class MetricsListener:
             on_failure=self._failed,
             server_header=False,  # nothing about us for strangers beyond what is asked
         )
-        self._http.start()
         where = ", ".join(_url(s.getsockname()) for s in sockets)
         log.info("serving GET /metrics (nothing else) on %s", where)
-
-    def stop(self) -> None:
-        """Stop accepting."""
-        if self._http is not None:
-            self._http.stop()
-
-    def join(self) -> None:
-        """Wait for the listener's thread (3 s at most) and close its sockets."""
-        if self._http is not None:
-            self._http.join()
-        if self._offload is not None:
-            self._offload.close()
 
     def _failed(self) -> None:
         self.error = "stopped unexpectedly"

@@ -14,7 +14,7 @@ from janitor.config.settings import Settings
 from janitor.core import Janitor
 from janitor.daemon.ballast import BallastKeeper
 from janitor.daemon.events import EventBus
-from janitor.daemon.watching import Watching
+from janitor.daemon.policy_watch import Watching
 from janitor.errors import JanitorError
 
 __all__ = ["PolicyReloader"]

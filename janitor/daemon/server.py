@@ -1,5 +1,5 @@
 """The API server: the Unix socket (and loopback TCP when configured), served by uvicorn from
-its own thread and event loop (:class:`~janitor.daemon.http_thread.HttpThread`)."""
+its own thread and event loop (an :class:`~janitor.daemon.http_thread.HttpPart`)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from collections.abc import Callable
 
 from janitor.config.settings import Settings
 from janitor.daemon.api import DaemonView, Offload, serve_app
-from janitor.daemon.http_thread import HttpThread
+from janitor.daemon.http_thread import HttpPart
 
 __all__ = ["ApiServer"]
 
 
-class ApiServer:
+class ApiServer(HttpPart):
     """Serves ``view`` until stopped; ``on_failure()`` is called if it ends on its own."""
 
     def __init__(
@@ -26,13 +26,12 @@ class ApiServer:
         *,
         on_failure: Callable[[], None],
     ) -> None:
+        super().__init__()
         self.view = view
         self.settings = settings
         self.on_failure = on_failure
         self._stop = stop
         self._sockets: list[socket.socket] = []
-        self._offload: Offload | None = None
-        self._http: HttpThread | None = None
 
     @property
     def failed(self) -> bool:
@@ -42,28 +41,20 @@ class ApiServer:
     def start(self) -> None:
         """Bind the sockets and serve them; returns once uvicorn listens (10 s at most)."""
         self._bind()
-        self._offload = Offload()
-        self._http = HttpThread(
-            serve_app(self.view, self._offload),
+        offload = self._closes(Offload())
+        self._serve(
+            serve_app(self.view, offload),
             self._sockets,
             self._stop,
             name="janitor-api",
             what="API server",
             on_failure=self.on_failure,
         )
-        self._http.start()
-
-    def stop(self) -> None:
-        """Stop accepting; open connections get uvicorn's one second of grace."""
-        if self._http is not None:
-            self._http.stop()
 
     def join(self) -> None:
-        """Wait for the server thread (3 s at most), then close and remove the sockets."""
-        if self._http is not None:
-            self._http.join()
-        if self._offload is not None:
-            self._offload.close()
+        """Wait for the server thread (3 s at most), then close and remove the sockets (those
+        bound before a failed start too)."""
+        super().join()
         for sock in self._sockets:
             try:
                 sock.close()

@@ -1,6 +1,6 @@
 """`janitor daemon`: keeps every policy true without anyone calling it.
 
-It wires and runs the services: watches (:mod:`.watching`) and sweeps (:mod:`.sweeper`) the
+It wires and runs the services: watches (:mod:`.policy_watch`) and sweeps (:mod:`.sweeper`) the
 trees; samples, forecasts and levels each volume (:mod:`.sampler`), releasing ballast and
 putting jobs at risk when critical (:mod:`.ballast`, :mod:`.at_risk`); reaps (:mod:`.reaper`);
 reloads the policy (:mod:`.policy_reload`); serves the API on a Unix socket (:mod:`.server`)
@@ -25,11 +25,12 @@ from janitor.daemon.ballast import BallastKeeper
 from janitor.daemon.counters import LogCounters, StatusFile
 from janitor.daemon.events import EventBus
 from janitor.daemon.exporters import Exporters
-from janitor.daemon.lifecycle import OnStop, Service, guarded
+from janitor.daemon.lifecycle import DaemonPart, OnStop, guarded
 from janitor.daemon.lock import DaemonRunning, PidLock
 from janitor.daemon.logs import DaemonLogging
 from janitor.daemon.metrics import DaemonState, registry_for
 from janitor.daemon.policy_reload import PolicyReloader
+from janitor.daemon.policy_watch import Watching
 from janitor.daemon.reaper import Reaper
 from janitor.daemon.sampler import Sampler
 from janitor.daemon.schedule import Scheduler
@@ -37,7 +38,6 @@ from janitor.daemon.server import ApiServer
 from janitor.daemon.signals import SignalHandlers, Wakeup
 from janitor.daemon.sweeper import Pending, Sweeper
 from janitor.daemon.view import LiveView
-from janitor.daemon.watching import Watching
 from janitor.host.inuse import prepare_leases
 
 __all__ = ["REARM_INTERVAL_S", "Daemon", "DaemonRunning"]
@@ -66,7 +66,7 @@ class Daemon:
         self._wakeup = Wakeup()  # made now: stop() may come before run() gets far
         self._lock = PidLock(settings.runtime_dir, settings.socket_path)
         self._logs = DaemonLogging(settings.log_dir, to_stderr=log_to_stderr)
-        self._started: list[Service] = []
+        self._started: list[DaemonPart] = []
         self._server: ApiServer | None = None
 
     def run(self) -> int:

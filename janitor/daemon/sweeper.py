@@ -16,8 +16,8 @@ from janitor.config.settings import Settings
 from janitor.core import Janitor
 from janitor.daemon.lifecycle import guarded
 from janitor.daemon.metrics import DaemonState, TreeState
+from janitor.daemon.policy_watch import Watching
 from janitor.daemon.volumes import volume_trees
-from janitor.daemon.watching import Watching
 from janitor.host.space import mount_point, volume_stats
 from janitor.sizes import format_size
 

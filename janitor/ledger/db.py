@@ -5,6 +5,10 @@ released and deleted. Writers first queue for the writer lock (janitor.ledger.wr
 time, in arrival order, timing out with a clear error), then take SQLite's own write lock with
 ``BEGIN IMMEDIATE``, so callers never see "database is locked" and a contended write waits a
 few transactions, not the luck of the scheduler.
+
+This module holds the connections and transactions; the tables and their upgrades are in
+:mod:`janitor.ledger.schema`, what a SQLite error means to the user in
+:mod:`janitor.ledger.sqlite_errors`, and each table's rows in a module of its own.
 """
 
 from __future__ import annotations
@@ -20,15 +24,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from janitor.config.state_dir import access_error
-from janitor.errors import LedgerError, LedgerFull
+from janitor.errors import LedgerError
 from janitor.ledger.log import LogEntry
+from janitor.ledger.schema import KEEP_S, SCHEMA_VERSION, migrate, refuse_newer
+from janitor.ledger.sqlite_errors import SQLITE_BUSY, SQLITE_LOCKED, primary_code, translate
 from janitor.ledger.tx import Tx
 from janitor.ledger.writelock import WriterLock
 
 __all__ = ["KEEP_S", "SCHEMA_VERSION", "Ledger"]
-
-
-SCHEMA_VERSION = 4
 
 _T = TypeVar("_T")
 
@@ -36,175 +39,6 @@ _T = TypeVar("_T")
 _CHECKPOINT_BYTES = 8 * 1024 * 1024
 #: What the WAL file is cut back to when it restarts.
 _WAL_KEEP_BYTES = 1024 * 1024
-
-# Shaped for the writes that queue behind the writer lock (a reserve, a release), since each
-# page such a write touches is re-read after another process wrote and copied into the WAL on
-# COMMIT: reservations are kept in id order, and ids start with their creation time, so a grant
-# and its release touch the table's last page; only live rows are indexed; the log is appended
-# in rowid order with no other index (its ids rise with its times: Log.first_id_at).
-# Pages stay 4 KiB: smaller ones would push a reservation with a long path into overflow pages.
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS reservations (
-    id          TEXT PRIMARY KEY,
-    tree        TEXT NOT NULL,
-    device      INTEGER NOT NULL,
-    volume      TEXT NOT NULL,
-    bytes       INTEGER NOT NULL,
-    path        TEXT,
-    job         TEXT,
-    owner_pid   INTEGER NOT NULL,
-    owner_start REAL,
-    created     REAL NOT NULL,
-    expires     REAL NOT NULL,
-    state       TEXT NOT NULL DEFAULT 'live',
-    ended       REAL,
-    at_risk     TEXT,
-    command_pid   INTEGER,
-    command_start REAL,
-    job_id      TEXT
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS reservations_live ON reservations(device) WHERE state = 'live';
-CREATE TABLE IF NOT EXISTS pins (
-    id          TEXT PRIMARY KEY,
-    tree        TEXT NOT NULL,
-    path        TEXT NOT NULL,
-    owner_pid   INTEGER NOT NULL,
-    owner_start REAL,
-    created     REAL NOT NULL,
-    expires     REAL NOT NULL,
-    state       TEXT NOT NULL DEFAULT 'live',
-    ended       REAL
-);
-CREATE INDEX IF NOT EXISTS pins_state ON pins(state, path);
-CREATE TABLE IF NOT EXISTS touches (
-    path        TEXT PRIMARY KEY,
-    ts          REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS samples (
-    device      INTEGER NOT NULL,
-    ts          REAL NOT NULL,
-    free        INTEGER NOT NULL,
-    total       INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS samples_device_ts ON samples(device, ts);
-CREATE TABLE IF NOT EXISTS volumes (
-    device      INTEGER PRIMARY KEY,
-    mount       TEXT NOT NULL,
-    level       TEXT NOT NULL,
-    reason      TEXT,
-    fill_rate   REAL,
-    eta_floor   REAL,
-    eta_full    REAL,
-    confidence  REAL,
-    updated     REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS log (
-    id          INTEGER PRIMARY KEY,
-    ts          REAL NOT NULL,
-    event       TEXT NOT NULL,
-    tree        TEXT,
-    device      INTEGER,
-    reservation TEXT,
-    bytes       INTEGER,
-    path        TEXT,
-    detail      TEXT
-);
-{jobs}"""
-
-#: Schema 4's tables: job folders (janitor.ledger.jobs) and the queue of first writes waiting.
-_JOBS_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id          TEXT PRIMARY KEY,
-    tree        TEXT NOT NULL,
-    folder      TEXT NOT NULL,
-    device      INTEGER NOT NULL,
-    ino         INTEGER NOT NULL,
-    run         TEXT,
-    created     REAL NOT NULL,
-    state       TEXT NOT NULL DEFAULT 'live',
-    ended       REAL,
-    foreign_files INTEGER NOT NULL DEFAULT 0
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS jobs_active ON jobs(folder) WHERE state IN ('live', 'orphan');
-CREATE TABLE IF NOT EXISTS job_writers (
-    job         TEXT NOT NULL,
-    pid         INTEGER NOT NULL,
-    start       REAL,
-    added       REAL NOT NULL,
-    PRIMARY KEY (job, pid)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS job_sources (
-    job         TEXT NOT NULL,
-    source      TEXT NOT NULL,
-    output_dir  TEXT,
-    working_set INTEGER NOT NULL,
-    pin         TEXT,
-    PRIMARY KEY (job, source)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS waiters (
-    id          TEXT PRIMARY KEY,
-    device      INTEGER NOT NULL,
-    bytes       INTEGER NOT NULL,
-    owner_pid   INTEGER NOT NULL,
-    owner_start REAL,
-    since       REAL NOT NULL,
-    what        TEXT
-) WITHOUT ROWID
-"""
-_SCHEMA = _SCHEMA.format(jobs=_JOBS_SCHEMA)
-
-#: How long ended reservations and pins and log lines are kept (Ledger.prune).
-KEEP_S = 30 * 86400
-
-#: Schema 1 -> 2: the tables are rebuilt in their new shape with the rows a prune would keep
-#: (schema 1 never pruned, so an old ledger may hold years of log). A log line marks the
-#: upgrade, with an id above every id schema 1 handed out, so log ids keep rising.
-_MIGRATE_1 = """
-DROP INDEX IF EXISTS reservations_state;
-DROP INDEX IF EXISTS log_ts;
-ALTER TABLE reservations RENAME TO reservations_v1;
-ALTER TABLE log RENAME TO log_v1;
-{schema};
-INSERT INTO reservations ({reservation_columns}) SELECT {reservation_columns}
-    FROM reservations_v1 WHERE state = 'live' OR ended IS NULL OR ended >= :cutoff;
-INSERT INTO log SELECT * FROM log_v1 WHERE ts >= :cutoff;
-INSERT INTO log (id, ts, event, detail) VALUES (
-    max((SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'log_v1'),
-        (SELECT coalesce(max(id), 0) FROM log_v1)) + 1,
-    :now, 'upgrade', '{{"from": 1, "to": 4}}');
-DROP TABLE reservations_v1;
-DROP TABLE log_v1;
-DELETE FROM sqlite_sequence WHERE name IN ('log', 'log_v1')
-"""
-
-#: The reservation columns of schemas 1 and 2, copied by the upgrade from schema 1.
-_RESERVATION_COLUMNS_1 = (
-    "id, tree, device, volume, bytes, path, job, owner_pid, owner_start, created, expires, "
-    "state, ended, at_risk"
-)
-
-#: Schema 2 -> 3: a reservation may be kept live by the command its supervisor runs, too.
-_MIGRATE_2 = """
-ALTER TABLE reservations ADD COLUMN command_pid INTEGER;
-ALTER TABLE reservations ADD COLUMN command_start REAL
-"""
-
-#: Schema 3 -> 4: job folders, their writers and sources, the queue of waiting first writes,
-#: and the job a working-set reservation serves.
-_MIGRATE_3 = f"""
-ALTER TABLE reservations ADD COLUMN job_id TEXT;
-{_JOBS_SCHEMA}
-"""
-
-# SQLite primary result codes (the low byte of an extended code).
-_SQLITE_CORRUPT = 11
-_SQLITE_FULL = 13
-_SQLITE_NOTADB = 26
-_SQLITE_BUSY = 5
-_SQLITE_LOCKED = 6
-_SQLITE_READONLY = 8
-_SQLITE_CANTOPEN = 14
-_SQLITE_IOERR = 10
 
 
 class Ledger:
@@ -259,7 +93,7 @@ class Ledger:
             conn.execute(f"PRAGMA busy_timeout = {int(self.lock_timeout * 1000)}")
             # A ledger of a newer space-janitor is refused before anything is changed in it.
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            self._refuse_newer(version)
+            refuse_newer(version, self.path)
             # Processes opening a new ledger at once race to switch it to WAL; SQLite answers
             # the losers "locked" without calling its busy handler, so they wait here instead.
             mode = self._retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())[0]
@@ -288,7 +122,8 @@ class Ledger:
         return conn, tx
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        """Create the tables of a new ledger, or upgrade an older one, in one transaction.
+        """Create the tables of a new ledger, or upgrade an older one, in one transaction
+        (janitor.ledger.schema says how).
 
         It queues for the writer lock like any writer, so the writers that come meanwhile
         wait their turn behind it rather than in SQLite's busy loop.
@@ -297,28 +132,7 @@ class Ledger:
         try:
             self._begin(conn)
             try:
-                # Read under the write lock: another process may have just made or upgraded it.
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                self._refuse_newer(version)
-                if version < SCHEMA_VERSION:
-                    if version == 1:
-                        script = _MIGRATE_1.format(
-                            schema=_SCHEMA, reservation_columns=_RESERVATION_COLUMNS_1
-                        )
-                    elif version in (2, 3):
-                        steps = (_MIGRATE_2, _MIGRATE_3) if version == 2 else (_MIGRATE_3,)
-                        note = "INSERT INTO log (ts, event, detail) VALUES (:now, 'upgrade', "
-                        note += f'\'{{"from": {version}, "to": {SCHEMA_VERSION}}}\')'
-                        script = ";".join((*steps, note))
-                    else:
-                        script = _SCHEMA
-                    now = time.time()
-                    args = {"cutoff": now - KEEP_S, "now": now}
-                    # One statement at a time: executescript() would commit our transaction.
-                    for statement in script.split(";"):
-                        if statement.strip():
-                            conn.execute(statement, args)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                version = migrate(conn, self.path)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -330,13 +144,6 @@ class Ledger:
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             except sqlite3.Error:
                 pass
-
-    def _refuse_newer(self, version: int) -> None:
-        if version > SCHEMA_VERSION:
-            raise LedgerError(
-                f"ledger {self.path} was written by a newer space-janitor (schema {version}); "
-                "upgrade space-janitor"
-            )
 
     def close(self) -> None:
         """Close this thread's connection and lock file (others close when their thread ends)."""
@@ -360,8 +167,8 @@ class Ledger:
             try:
                 return fn()
             except sqlite3.OperationalError as exc:
-                code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-                if code not in (_SQLITE_BUSY, _SQLITE_LOCKED) or time.monotonic() > deadline:
+                code = primary_code(exc)
+                if code not in (SQLITE_BUSY, SQLITE_LOCKED) or time.monotonic() > deadline:
                     raise
             time.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 0.005)
@@ -462,25 +269,7 @@ class Ledger:
             raise self._translate(exc) from None
 
     def _translate(self, exc: sqlite3.Error) -> LedgerError:
-        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-        if code == _SQLITE_FULL or (code == _SQLITE_IOERR and _volume_full(self.path.parent)):
-            return LedgerFull(
-                f"the ledger's disk is full ({self.path.parent}): nothing was changed (no "
-                "grant, no deletion); free some space there and retry"
-            )
-        if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
-            return LedgerError(
-                f"ledger {self.path} is corrupt ({exc}); move it aside and space-janitor "
-                "will start a new one"
-            )
-        if code in (_SQLITE_READONLY, _SQLITE_CANTOPEN):
-            return access_error(self.path, PermissionError(13, str(exc)), "write the ledger")
-        if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
-            return LedgerError(
-                f"ledger {self.path} stayed locked for {self.lock_timeout:g}s; another "
-                "process holds it (raise lock_timeout_s or find the stuck process)"
-            )
-        return LedgerError(f"ledger {self.path}: {exc}")
+        return translate(exc, self.path, self.lock_timeout)
 
     # -- what the ledger answers itself ----------------------------------------------------
 
@@ -531,11 +320,3 @@ class Ledger:
                 conn.close()
         except sqlite3.Error as exc:
             raise LedgerError(f"{self.path}: {exc}") from None
-
-
-def _volume_full(folder: Path) -> bool:
-    try:
-        st = os.statvfs(folder)
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < 64 * 1024

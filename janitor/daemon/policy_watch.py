@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from janitor.config.settings import Settings
 from janitor.core import Janitor
-from janitor.daemon.watch import TreeWatcher, WatchState
+from janitor.daemon.tree_watcher import TreeWatcher, WatchState
 
 __all__ = ["Watching"]
 
