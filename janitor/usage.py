@@ -201,11 +201,20 @@ def _measure(
 ) -> dict[Folder, Measured]:
     """Each folder's measure: the early walk's when it measured exactly these folders (in
     this order: a file linked in two of them counts in the first), else a walk now."""
-    if early is not None:
-        if early.folders == tuple(folders):
-            return early.results()
-        early.close()
-    return SizeWalk.start(folders, count=workers, native=size_walker()).results()
+    walk = early
+    if walk is None or walk.folders != tuple(folders):
+        if walk is not None:
+            walk.close()
+        walk = SizeWalk.start(folders, count=workers, native=size_walker())
+    got = walk.results()
+    if walk.native_failure is not None:
+        import logging
+
+        logging.getLogger("janitor").debug(
+            "the compiled size walker did not measure (%s): measured in Python",
+            walk.native_failure,
+        )
+    return got
 
 
 def size_walker() -> Path | None:
@@ -255,8 +264,8 @@ def space_report(
 ) -> tuple[VolumeSpace, ...]:
     """Where each covered volume's space goes, measured now (see the module docstring);
     ``early``: a walk already under way (``janitor.cli.early``); ``workers``: threads of the
-    compiled walker, else processes of the Python walk (1: in this one). The ledger is read for the jobs whose writers died, and by a
-    dry-run sweep (``state_dir``: its tree locks)."""
+    compiled walker, else processes of the Python walk (1: in this one). The ledger is read
+    for the jobs whose writers died, and by a dry-run sweep (``state_dir``: its tree locks)."""
     from janitor.admission.volume import Volume
     from janitor.cleanup.glance import may_free, unit_bytes, unit_folders
     from janitor.host.space import volume_stats

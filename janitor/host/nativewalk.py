@@ -70,11 +70,12 @@ def _key() -> str | None:
     except OSError:
         return None
     try:  # hashlib's own, without importing all of hashlib (start-up time)
-        from _sha256 import sha256
+        from _sha256 import sha256  # type: ignore[import-not-found]
     except ImportError:  # Python 3.12 and later: _sha2
         from hashlib import sha256
 
-    return sha256(data).hexdigest()[:16]
+    digest: str = sha256(data).hexdigest()
+    return digest[:16]
 
 
 def _usable(path: Path) -> bool:
@@ -319,13 +320,19 @@ def _parse(data: bytes, count: int) -> list[Raw | None] | None:
         off = 24
         out: list[Raw | None] = []
 
-        def take(n: int, fmt: str) -> list[int] | list[float]:
+        def part(n: int) -> memoryview:
             nonlocal off
-            part = view[off : off + 8 * n]
-            if len(part) != 8 * n:
+            got = view[off : off + 8 * n]
+            if len(got) != 8 * n:
                 raise ValueError("short")
             off += 8 * n
-            return part.cast(fmt).tolist()  # type: ignore[no-any-return]
+            return got
+
+        def ints(n: int) -> list[int]:
+            return part(n).cast("q").tolist()
+
+        def floats(n: int) -> list[float]:
+            return part(n).cast("d").tolist()  # type: ignore[return-value]  # typeshed: ints
 
         def names(length: int, n: int) -> list[str]:
             nonlocal off
@@ -347,15 +354,13 @@ def _parse(data: bytes, count: int) -> list[Raw | None] | None:
             dev, total, entries, own, nk, nf, kl, fl = _HEAD.unpack_from(data, off)
             off += _HEAD.size
             kids = names(kl, nk)
-            sizes, newest, oldest = take(nk, "q"), take(nk, "d"), take(nk, "d")
-            flags = take(nk, "Q")
+            sizes, newest, oldest, flags = ints(nk), floats(nk), floats(nk), ints(nk)
             children = [
-                (n, bool(f & 1), int(s), float(a), float(b), bool(f & 2))
+                (n, bool(f & 1), s, a, b, bool(f & 2))
                 for n, s, a, b, f in zip(kids, sizes, newest, oldest, flags, strict=True)
             ]
             paths = names(fl, nf)
-            fsizes, uses = take(nf, "q"), take(nf, "d")
-            files = list(zip(paths, map(int, fsizes), map(float, uses), strict=True))
+            files = list(zip(paths, ints(nf), floats(nf), strict=True))
             out.append((dev, total, entries, own, children, files))
         return out if off == len(data) else None
     except (struct.error, ValueError, TypeError):

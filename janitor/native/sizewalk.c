@@ -819,6 +819,8 @@ static void settle_links(worker *ws) {
     link_rec *all = xcalloc(n, sizeof *all);
     size_t at = 0;
     for (int i = 0; i < nthreads; i++) {
+        if (ws[i].links.len == 0)
+            continue;
         memcpy(all + at, ws[i].links.p, ws[i].links.len);
         at += ws[i].links.len / sizeof(link_rec);
     }
