@@ -9,10 +9,10 @@ with threads and plain ``fstatat``; it uses only POSIX.1-2008 calls (``openat``,
 
 It is built where it runs, with the machine's own compiler (``janitor.host.cbuild``), into a
 folder the caller names (``janitor.config.paths.native_dir``), once per version of its source:
-a link ``sizewalk-src-HASH`` (HASH of the source's bytes) names the build, so finding it again
-costs a hash and a ``readlink``, never asking the compiler. A build that fails leaves
-``sizewalk-src-HASH.failed`` holding why, and is not tried again for a day (else every run
-would pay for a failing compiler); the Python walk measures meanwhile, silently
+a link ``sizewalk-src-HASH`` (HASH of the source's bytes and the platform) names the build,
+so finding it again costs a hash and a ``readlink``, never asking the compiler. A build that
+fails leaves ``sizewalk-src-HASH.failed`` holding why, and is not tried again for a day (else
+every run would pay for a failing compiler); the Python walk measures meanwhile, silently
 (``janitor doctor`` says why).
 
 The walker reads what to measure on its stdin and writes its measures on its stdout, in a
@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import struct
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -74,7 +75,9 @@ def _key() -> str | None:
     except ImportError:  # Python 3.12 and later: _sha2
         from hashlib import sha256
 
-    digest: str = sha256(data).hexdigest()
+    # The machine too: a home shared by an Intel and an ARM Mac holds a build for each.
+    where = f"\0{sys.platform}\0{os.uname().machine}".encode()
+    digest: str = sha256(data + where).hexdigest()
     return digest[:16]
 
 
