@@ -49,6 +49,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -992,10 +993,24 @@ static void parse(const buf *in) {
         die(E_INPUT);
 }
 
+/* Enough descriptors for every walk's chain, the tops and the folders handed on: a folder
+ * that cannot be opened is skipped, so running out would leave bytes uncounted. */
+static void enough_fds(void) {
+    struct rlimit rl;
+    rlim_t need = (rlim_t)nthreads * (CHAIN_FDS + 8) + (rlim_t)ntops + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need)
+        need = rl.rlim_max;
+    rl.rlim_cur = need;
+    (void)setrlimit(RLIMIT_NOFILE, &rl); /* as many as before if refused */
+}
+
 int main(void) {
     buf in = {0};
     read_all(0, &in);
     parse(&in);
+    enough_fds();
     worker *ws = xcalloc((size_t)nthreads, sizeof *ws);
     for (int i = 0; i < nthreads; i++) {
         ws[i].fpath = xcalloc(ntops, sizeof(buf));
