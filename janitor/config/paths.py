@@ -61,9 +61,10 @@ def default_runtime_dir() -> Path:
 
 def native_dir() -> Path | None:
     """Where the janitor builds its C helpers (``janitor/native``: the size walk of ``janitor
-    space``), once per version: ``JANITOR_NATIVE_DIR``, else ``native`` in the user cache dir
-    (``~/.cache/space-janitor/native`` on Linux, ``~/Library/Caches/space-janitor/native`` on
-    macOS). None when ``JANITOR_NATIVE=0``: the Python code only."""
+    space``), once per version: ``JANITOR_NATIVE_DIR``, else ``native`` in the user data dir
+    (``~/.local/share/space-janitor/native`` on Linux, ``~/Library/Application
+    Support/space-janitor/native`` on macOS). None when ``JANITOR_NATIVE=0``: the Python code
+    only."""
     if os.environ.get("JANITOR_NATIVE", "") == "0":
         return None
     given = os.environ.get("JANITOR_NATIVE_DIR", "")
@@ -71,7 +72,7 @@ def native_dir() -> Path | None:
         return Path(os.path.abspath(os.path.expanduser(given)))
     import platformdirs
 
-    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)) / "native"
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)) / "native"
 
 
 def shipped_policy_path() -> Path:
