@@ -8,7 +8,10 @@ Stanza resources (``--orphans K``: K of the job folders two days old, so that a 
 free them and ``janitor space`` runs its dry-run sweep). Then, interleaved, ``--repeat`` times
 each:
 
-* ``janitor space --json`` with the shipped policy, this source tree's;
+* ``janitor space --json`` with the shipped policy, this source tree's, with its compiled size
+  walker (``janitor/native/sizewalk.c``, built by the first run into the work folder's
+  ``JANITOR_NATIVE_DIR``: the "walker" row says whether it was);
+* the same with ``JANITOR_NATIVE=0``: this source's Python walk (forked processes);
 * the same command from ``--baseline DIR`` (another version's source tree, e.g. main's:
   ``git archive main | tar -x -C DIR``), if given;
 * ``du -sx`` over the same folders (the tree roots and the pipeline's other folders), the
@@ -231,8 +234,10 @@ def main() -> int:
         runs: dict[str, list[str]] = {}
         envs: dict[str, dict[str, str]] = {}
         cmd, extra = janitor_cmd(SOURCE)
-        ours = {**env, **extra}
+        native_dir = root / "native"
+        ours = {**env, **extra, "JANITOR_NATIVE_DIR": str(native_dir)}
         runs["janitor space"], envs["janitor space"] = cmd, ours
+        runs["Python walk"], envs["Python walk"] = cmd, {**ours, "JANITOR_NATIVE": "0"}
         if args.baseline is not None:
             cmd, extra = janitor_cmd(args.baseline)
             runs["baseline"], envs["baseline"] = cmd, {**env, **extra}
@@ -242,6 +247,18 @@ def main() -> int:
         report = json.loads(outputs["janitor space"])
         assert report["source"] == "walk", report["source"]
         rows = report["volumes"][0]["rows"]
+        built = sorted(native_dir.glob("sizewalk-src-*"))
+        walkers = {
+            "janitor space": "compiled (C, threads)" if built else "Python (no build: see doctor)",
+            "Python walk": "Python (processes)",
+            "baseline": "as that version has it",
+            "du -sxc": "-",
+        }
+        python_rows = json.loads(outputs["Python walk"])["volumes"][0]["rows"]
+        same = [(r["name"], r["bytes"], r["frees"]) for r in rows[:-1]] == [
+            (r["name"], r["bytes"], r["frees"]) for r in python_rows[:-1]
+        ]
+        print(f"rows of the compiled walker equal to the Python walk's: {same}", file=sys.stderr)
         if "baseline" in outputs:
             theirs = json.loads(outputs["baseline"])["volumes"][0]["rows"]
             same = [(r["name"], r["bytes"], r["frees"]) for r in rows[:-1]] == [
@@ -270,6 +287,7 @@ def main() -> int:
         table = Table(title=title)
         for col in ("measurement", *names, "ratio to du", "target", "verdict"):
             table.add_column(col)
+        table.add_row("walker", *(walkers[n] for n in names), "-", "-", "info")
         for how, warm, cold in results:
             for label, got in (("warm cache", warm), ("cold cache (drop_caches)", cold)):
                 if not got["du -sxc"]:

@@ -81,6 +81,7 @@ def _checks(
     yield _ledger_check(settings)
     yield from _daemon_checks(settings)
     yield _server_check()
+    yield _size_walk_check()
     yield from _guard_checks(platform)
     if platform.startswith("linux") and policy is not None:
         yield _inotify_check(policy)
@@ -245,6 +246,33 @@ def _daemon_checks(settings: Settings) -> Iterator[Check]:
         )
     else:
         yield Check("daemon", "ok", msg)
+
+
+def _size_walk_check() -> Check:
+    """Whether ``janitor space`` measures with the compiled walker, or why it walks in Python
+    (slower than ``du``). Nothing is built here."""
+    from janitor.config.paths import native_dir
+    from janitor.host.cbuild import compiler, why_not
+    from janitor.host.nativewalk import walker_state
+
+    name, slower = "size walk", "`janitor space` walks in Python, slower than du"
+    into = native_dir()
+    if into is None:
+        return Check(name, "ok", f"JANITOR_NATIVE=0: {slower}")
+    state = walker_state(into)
+    if state.path is not None:
+        return Check(name, "ok", f"compiled walker {state.path}")
+    if state.failed is not None:
+        return Check(
+            name,
+            "warn",
+            f"the compiled walker did not build ({state.failed}): {slower}",
+            f"fix the C compiler, then remove {state.marker} (else it is tried again a day "
+            "after it failed)",
+        )
+    if compiler() is None:
+        return Check(name, "warn", f"{why_not()}: {slower}", "install a C compiler")
+    return Check(name, "ok", f"the first `janitor space` builds the compiled walker into {into}")
 
 
 def _server_check() -> Check:

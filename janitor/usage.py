@@ -6,8 +6,9 @@ media cache elsewhere: ``janitor.host.batchalign3.known_paths``), the part of a 
 that is not the tree's to judge (TMPDIR's other programs' files, the state folder's databases),
 and the rest of the volume as one row: everything else the volume's used bytes hold.
 
-Every folder is walked once, all of them together in parallel processes, by the size walk
-(``janitor.host.sizewalk``: ``st_blocks`` of each entry, as ``du -sx`` counts; never into
+Every folder is walked once, all of them together in parallel, by the size walk
+(``janitor.host.sizewalk``, compiled when it can be: ``janitor.host.nativewalk``; ``st_blocks``
+of each entry, as ``du -sx`` counts; never into
 another filesystem or a mount point). A folder nested in another (``~/.batchalign3/jobs`` in
 ``~/.batchalign3``) is walked on its own and left out of the outer one. What a sweep would free
 is the dry-run sweep's plan, run only for the trees where the walk cannot rule it out
@@ -43,6 +44,7 @@ __all__ = [
     "folders_key",
     "plan_folders",
     "report_plan",
+    "size_walker",
     "space_report",
     "tree_specs",
 ]
@@ -198,11 +200,29 @@ def _measure(
 ) -> dict[Folder, Measured]:
     """Each folder's measure: the early walk's when it measured exactly these folders (in
     this order: a file linked in two of them counts in the first), else a walk now."""
-    if early is not None:
-        if early.folders == tuple(folders):
-            return early.results()
-        early.close()
-    return SizeWalk.start(folders, count=workers).results()
+    walk = early
+    if walk is None or walk.folders != tuple(folders):
+        if walk is not None:
+            walk.close()
+        walk = SizeWalk.start(folders, count=workers, native=size_walker())
+    got = walk.results()
+    if walk.native_failure is not None:
+        import logging
+
+        logging.getLogger("janitor").debug(
+            "the compiled size walker did not measure (%s): measured in Python",
+            walk.native_failure,
+        )
+    return got
+
+
+def size_walker() -> Path | None:
+    """The compiled size walker (``janitor.host.nativewalk``), built now if this version has
+    none yet (once; a failure is remembered), or None: the walk is in Python."""
+    from janitor.config.paths import native_dir
+    from janitor.host.nativewalk import walker
+
+    return walker(native_dir())
 
 
 def report_plan(policy: Policy) -> FolderPlan:
@@ -242,9 +262,9 @@ def space_report(
     workers: int | None = None,
 ) -> tuple[VolumeSpace, ...]:
     """Where each covered volume's space goes, measured now (see the module docstring);
-    ``early``: a walk already under way (``janitor.cli.early``); ``workers``: processes of
-    the walk (1: in this one). The ledger is read for the jobs whose writers died, and by a
-    dry-run sweep (``state_dir``: its tree locks)."""
+    ``early``: a walk already under way (``janitor.cli.early``); ``workers``: threads of the
+    compiled walker, else processes of the Python walk (1: in this one). The ledger is read
+    for the jobs whose writers died, and by a dry-run sweep (``state_dir``: its tree locks)."""
     from janitor.admission.volume import Volume
     from janitor.cleanup.glance import may_free, unit_bytes, unit_folders
     from janitor.config.policy import trees_by_device

@@ -3,11 +3,14 @@
 Everything here is real: tmpfs volumes mounted for the test (root only), real files with real
 allocated blocks, the real ``janitor`` console script in a subprocess. Nothing touches the real
 home folder: :func:`janitor_env` (autouse) points ``HOME``, every ``XDG_*`` dir, ``TMPDIR`` and
-``JANITOR_STATE_DIR`` into the test's ``tmp_path``.
+``JANITOR_STATE_DIR`` into the test's ``tmp_path`` (and ``JANITOR_NATIVE_DIR`` into the
+session's).
 
-Fixtures (all function scoped):
+Fixtures (function scoped unless said):
 
-``janitor_env``       the isolated environment (autouse); a :class:`JanitorEnv` with its folders.
+``janitor_env``       the isolated environment (autouse); a :class:`JanitorEnv` with its folders
+                      (C helpers: one ``JANITOR_NATIVE_DIR`` for the session, ``native_dir``).
+``size_walker``       the compiled size walker, built (session scoped; skips without a compiler).
 ``tmpfs``             ``tmpfs("64m") -> Path``: mount a fresh tmpfs under tmp_path (root only).
 ``write_policy``      ``write_policy(trees={...}, floor="4MiB") -> Path``: a small TOML policy.
 ``managed_volume``    ``managed_volume(size="64m", floor="8MiB") -> Volume``: tmpfs + tree + policy.
@@ -78,8 +81,27 @@ class JanitorEnv:
         return self.config_home / "space-janitor" / "config.toml"
 
 
+@pytest.fixture(scope="session")
+def native_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder for the C helpers the janitor builds (``JANITOR_NATIVE_DIR``), for the whole
+    session: built once, by the first test that needs one, not once per test's cache dir."""
+    return tmp_path_factory.mktemp("native")
+
+
+@pytest.fixture(scope="session")
+def size_walker(native_dir: Path) -> Path:
+    """The compiled size walker (``janitor.host.nativewalk``), built; skips without a compiler."""
+    from janitor.host.cbuild import BuildFailed, why_not
+    from janitor.host.nativewalk import build_walker
+
+    try:
+        return build_walker(native_dir)
+    except BuildFailed as exc:
+        pytest.skip(f"the size walker cannot be built here: {why_not() or exc.reason}")
+
+
 @pytest.fixture(autouse=True)
-def janitor_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JanitorEnv:
+def janitor_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_dir: Path) -> JanitorEnv:
     """Point HOME, XDG_*, TMPDIR and JANITOR_STATE_DIR into ``tmp_path/env``; unset the rest.
 
     The state dir is a plain folder on tmp_path's filesystem, never on a tmpfs under test, so
@@ -116,6 +138,7 @@ def janitor_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JanitorEnv:
     monkeypatch.setenv("XDG_CACHE_HOME", str(env.cache_home))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(env.runtime_dir))
     monkeypatch.setenv("JANITOR_STATE_DIR", str(env.state_dir))
+    monkeypatch.setenv("JANITOR_NATIVE_DIR", str(native_dir))
     monkeypatch.setattr(tempfile, "tempdir", None)
     return env
 

@@ -2,10 +2,11 @@
 
 Loading the settings and the policy (pydantic) takes a good part of what ``du`` needs for the
 whole walk. So for a ``janitor [--config F] [--policy F] space ...`` command line
-(:func:`root_options`), ``janitor.cli.quick`` calls :func:`start` first thing, on Linux: it
+(:func:`root_options`), ``janitor.cli.quick`` calls :func:`start` first thing: it
 reads the policy file's raw text (``janitor.config.glimpse``), plans the folders as
-``janitor.usage`` will (:func:`glimpsed_plan`), and starts the size walk's processes, which run
-while this one imports the rest. The command then :func:`take`s the walk; ``janitor.usage``
+``janitor.usage`` will (:func:`glimpsed_plan`), and starts the size walk (the compiled walker,
+built first the very first time, or the Python walk's processes), which runs while this one
+imports the rest. The command then :func:`take`s the walk; ``janitor.usage``
 uses it only if it measured exactly the folders the loaded policy asks for (else it walks
 again). Any doubt here: no early walk.
 """
@@ -70,11 +71,15 @@ def start(plan: FolderPlan | None) -> None:
     """Start walking ``plan``'s folders (see the module docstring)."""
     global _walk
     from janitor.host.fastpaths import LINUX
+    from janitor.usage import size_walker
 
-    if not LINUX or _walk is not None or plan is None:
+    if _walk is not None or plan is None:
         return
+    native = size_walker()  # built here the first time: then it walks
+    if native is None and not LINUX:
+        return  # the Python walk would run in this process: no gain in starting it early
     try:
-        _walk = SizeWalk.start(plan.folders)
+        _walk = SizeWalk.start(plan.folders, native=native)
     except OSError:  # no processes to be had: the command walks as it would have
         _walk = None
 

@@ -21,6 +21,11 @@ are skipped. Folders are opened relative to their parent (``FolderChain``): any 
 
 ``start`` returns at once: the caller keeps working (importing the rest of the janitor, reading
 its policy) while the folders are measured, then asks for the ``results``.
+
+Given the compiled walker (``native``: ``janitor.host.nativewalk``, the same walk in C with
+threads, built once per source version), ``start`` runs it instead, anywhere (its calls are
+POSIX), handing it the mount points below each top; the Python walk here measures whenever it
+cannot run or fails, and is the only walk when there is none. ``backend`` says which measured.
 """
 
 from __future__ import annotations
@@ -35,11 +40,13 @@ import stat
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from janitor.host.fastpaths import LINUX
 from janitor.host.fdwalk import DIR_FLAGS, FolderChain, FolderChanged
 from janitor.host.mounts import mount_points, mounts_under
+from janitor.host.nativewalk import NativeWalk, Raw
 
 __all__ = ["CHILDREN", "FILES", "SIZE", "Child", "Folder", "Measured", "SizeWalk", "workers"]
 
@@ -213,7 +220,7 @@ def _subfolder(top: _Top, i: int, name: str, st: os.stat_result) -> _Record | No
     """The record of subfolder ``name`` of a top (``st``: its lstat) and all below it; None
     when it is not ours to count (a mount point)."""
     size = st.st_blocks * 512
-    path = top.path + "/" + name
+    path = top.path.rstrip("/") + "/" + name  # the top "/" too
     if top.mounts and path in top.mounts:
         return None  # a mount point (a bind mount has the top's device)
     alone: _Record = (i, name, True, size, 1, st.st_mtime, math.inf, [], [])
@@ -398,13 +405,34 @@ class SizeWalk:
         self._pipes: list[int] = []
         self._done: dict[Folder, Measured] | None = None
         self._count = count
+        self._native: NativeWalk | None = None
+        self._known: list[list[str]] = []  # the mount points below each top, told the walker
+        #: Which walk measured (once ``results`` returned): "native" (the compiled walker),
+        #: "processes" (forked Python processes) or "here" (this process).
+        self.backend = ""
+        #: Why the compiled walker, when it was started, did not measure (debug output).
+        self.native_failure: str | None = None
 
     @classmethod
-    def start(cls, folders: Sequence[Folder], *, count: int | None = None) -> SizeWalk:
-        """Start measuring ``folders`` with ``count`` processes (default: ``workers()``); in
-        this process, later, when not on Linux or with one."""
+    def start(
+        cls, folders: Sequence[Folder], *, count: int | None = None, native: Path | None = None
+    ) -> SizeWalk:
+        """Start measuring ``folders`` with ``count`` threads or processes (default:
+        ``workers()``): by the compiled walker ``native`` if given, else in Python processes,
+        or in this process, later, when not on Linux or with one."""
         walk = cls(folders, workers() if count is None else count)
-        if LINUX and walk._count > 1 and walk.folders:
+        if not walk.folders:
+            return walk
+        if native is not None:
+            mount_points(fresh=True)
+            walk._known = [sorted(mounts_under(f.path.rstrip("/") or "/")) for f in walk.folders]
+            spec = [(f.path, f.prune, f.detail) for f in walk.folders]
+            walk._native = NativeWalk.spawn(native, spec, walk._known, walk._count)
+            if walk._native is not None:
+                atexit.register(walk.close)
+                return walk
+            walk.native_failure = "the walker could not be started"
+        if LINUX and walk._count > 1:
             walk._fork()
         return walk
 
@@ -464,9 +492,32 @@ class SizeWalk:
         Measured again here, in this process, if a process of the walk failed, or if a mount
         was made below a top while it walked (the walk may have gone into it)."""
         if self._done is None:
-            got = self._collect() if self._pipes else None
-            self._done = got if got is not None else self._here()
+            got = None
+            if self._native is not None:
+                got, self.backend = self._from_native(), "native"
+            elif self._pipes:
+                got, self.backend = self._collect(), "processes"
+            if got is None:
+                got, self.backend = self._here(), "here"
+            self._done = got
         return self._done
+
+    def _from_native(self) -> dict[Folder, Measured] | None:
+        walker, self._native = self._native, None
+        assert walker is not None
+        atexit.unregister(self.close)
+        raw = walker.results()
+        if raw is None:
+            self.native_failure = walker.failure
+            return None
+        heads = [
+            (r[0], known, r[3]) if r is not None else None
+            for r, known in zip(raw, self._known, strict=True)
+        ]
+        if _mounted_since(self.folders, heads):
+            self.native_failure = "a mount was made below a folder while it was measured"
+            return None
+        return {f: _measured(f, r) for f, r in zip(self.folders, raw, strict=True) if r}
 
     def _here(self) -> dict[Folder, Measured]:
         while True:
@@ -508,12 +559,23 @@ class SizeWalk:
 
     def close(self) -> None:
         """End the walk's processes if their results were not taken (an error, an exit)."""
+        if self._native is not None:
+            self._native.close()
+            self._native = None
+            atexit.unregister(self.close)
         if self._pid:
             try:
                 os.killpg(self._pid, signal.SIGKILL)
             except OSError:
                 pass
             self._reap()
+
+
+def _measured(folder: Folder, raw: Raw) -> Measured:
+    """A folder's measure from the compiled walker's numbers."""
+    device, total, entries, own, children, files = raw
+    kids = tuple(Child(*c) for c in children)
+    return Measured(folder, device, total, entries, own, kids, tuple(files))
 
 
 def _send(fd: int, heads: list[Any], records: list[_Record]) -> None:
