@@ -12,17 +12,15 @@ version: an upgrade of either builds anew, an unchanged one is reused as it is. 
 appears at once and whole (compiled beside it under a temporary name, then renamed), so two
 processes building at once both end with a working binary and a reader never runs half a file.
 
-This module knows nothing of our settings: the caller says where to build.
+This module knows nothing of our settings: the caller says where to build. It is light to
+import (the compiler's tools load when a build is asked for): :func:`usable`, the one check that
+a build is ours and safe to run, stands on ``janitor space``'s path before its walk starts.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import platform
-import shlex
-import shutil
-import subprocess
+import stat
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,6 +36,7 @@ __all__ = [
     "built_path",
     "compiler",
     "find_compiler",
+    "usable",
     "why_not",
 ]
 
@@ -97,6 +96,8 @@ class BuildFailed(RuntimeError):
 
 def _version(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
     """The first line ``argv --version`` prints, or None when it does not answer as a compiler."""
+    import subprocess
+
     try:
         done = subprocess.run(
             [*argv, "--version"],
@@ -117,6 +118,8 @@ def _version(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
 
 def _xcode_tools(env: Mapping[str, str]) -> bool:
     """macOS: whether the command line tools are installed (``xcode-select -p`` answers)."""
+    import subprocess
+
     try:
         done = subprocess.run(
             ["xcode-select", "-p"],
@@ -134,6 +137,9 @@ def find_compiler(
     env: Mapping[str, str] | None = None, platform_name: str | None = None
 ) -> Compiler | NoCompiler:
     """The C compiler to build with, or why there is none (see the module docstring)."""
+    import shlex
+    import shutil
+
     env = os.environ if env is None else env
     system = sys.platform if platform_name is None else platform_name
     if system == "darwin" and not _xcode_tools(env):
@@ -195,6 +201,9 @@ def why_not() -> str | None:
 
 
 def _digest(source: bytes, flags: Sequence[str], cc: Compiler) -> str:
+    import hashlib
+    import platform
+
     h = hashlib.sha256()
     for part in (
         source,
@@ -223,15 +232,13 @@ def built_path(
     return into / f"{name}-{_digest(data, (*BASE_FLAGS, *flags), cc)}"
 
 
-def _usable(path: Path) -> bool:
-    """A finished build of ours: a regular file (not a link), executable, ours, not writable
-    by others."""
+def usable(path: Path) -> bool:
+    """A finished build of ours, safe to run: a regular file (not a link), executable, ours,
+    not writable by others."""
     try:
         st = path.lstat()
     except OSError:
         return False
-    import stat
-
     return (
         stat.S_ISREG(st.st_mode)
         and st.st_size > 0
@@ -265,6 +272,8 @@ def build(
     BuildFailed (one line) when there is no compiler, the source cannot be read, the folder
     cannot be written or the compiler fails (its first error line).
     """
+    import subprocess
+
     cc = cc or compiler()
     if cc is None:
         raise BuildFailed(why_not() or "no C compiler")
@@ -276,7 +285,7 @@ def build(
         raise BuildFailed(f"cannot read {source}: {exc.strerror or exc}") from None
     all_flags = (*BASE_FLAGS, *flags)
     target = into / f"{name}-{_digest(data, all_flags, cc)}"
-    if _usable(target):
+    if usable(target):
         return target
     try:
         into.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -81,22 +81,6 @@ def _key() -> str | None:
     return digest[:16]
 
 
-def _usable(path: Path) -> bool:
-    """A build of ours to run: a regular file, executable, ours, writable by nobody else."""
-    try:
-        st = path.lstat()
-    except OSError:
-        return False
-    import stat
-
-    return (
-        stat.S_ISREG(st.st_mode)
-        and bool(st.st_mode & stat.S_IXUSR)
-        and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        and st.st_uid == os.geteuid()
-    )
-
-
 def _ready(into: Path, key: str) -> Path | None:
     try:
         name = os.readlink(into / f"{NAME}-src-{key}")
@@ -105,7 +89,9 @@ def _ready(into: Path, key: str) -> Path | None:
     if "/" in name or not name.startswith(NAME + "-"):
         return None
     path = into / name
-    return path if _usable(path) else None
+    from janitor.host.cbuild import usable  # light: it imports its compiler tools lazily
+
+    return path if usable(path) else None
 
 
 def build_walker(into: Path) -> Path:
