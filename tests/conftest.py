@@ -22,6 +22,9 @@ Fixtures (all function scoped):
 ``remount_tmpfs``     ``remount_tmpfs(mount, "ro")``: remount a tmpfs with new options.
 ``m4a``               ``m4a(seconds) -> Path``: a mono AAC recording (module scoped; real ffmpeg).
 ``pipeline``          ``pipeline("64m") -> Pipeline``: batchalign3's two trees on a tmpfs.
+``front_end``         the guarded ffmpeg's front end, ``compiled`` then ``python`` (parametrized).
+
+The compiled guard is built once for the session (``JANITOR_NATIVE_DIR``), not once a test.
 """
 
 from __future__ import annotations
@@ -78,8 +81,14 @@ class JanitorEnv:
         return self.config_home / "space-janitor" / "config.toml"
 
 
+@pytest.fixture(scope="session")
+def native_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the compiled guard is built for the whole session (its name is its hash)."""
+    return tmp_path_factory.mktemp("native")
+
+
 @pytest.fixture(autouse=True)
-def janitor_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JanitorEnv:
+def janitor_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_dir: Path) -> JanitorEnv:
     """Point HOME, XDG_*, TMPDIR and JANITOR_STATE_DIR into ``tmp_path/env``; unset the rest.
 
     The state dir is a plain folder on tmp_path's filesystem, never on a tmpfs under test, so
@@ -116,8 +125,26 @@ def janitor_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> JanitorEnv:
     monkeypatch.setenv("XDG_CACHE_HOME", str(env.cache_home))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(env.runtime_dir))
     monkeypatch.setenv("JANITOR_STATE_DIR", str(env.state_dir))
+    monkeypatch.setenv("JANITOR_NATIVE_DIR", str(native_dir))
     monkeypatch.setattr(tempfile, "tempdir", None)
     return env
+
+
+@pytest.fixture(params=["compiled", "python"])
+def front_end(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, janitor_env: JanitorEnv
+) -> str:
+    """The guarded ffmpeg's front end for every ``shim install`` and ``janitor run`` of the
+    test (``JANITOR_GUARD_FRONT_END``): a module runs its guard tests against both with
+    ``pytestmark = pytest.mark.usefixtures("front_end")``. The compiled one is skipped, with
+    the reason, where there is no C compiler."""
+    if request.param == "compiled":
+        from janitor.host import cbuild
+
+        if cbuild.compiler() is None:
+            pytest.skip(f"the compiled front end needs a C compiler: {cbuild.why_not()}")
+    monkeypatch.setenv("JANITOR_GUARD_FRONT_END", request.param)
+    return str(request.param)
 
 
 # -- tmpfs ----------------------------------------------------------------------------------------

@@ -39,10 +39,13 @@ from .test_e2e_ffmpeg import FreeSampler
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None,
-    reason="ffmpeg/ffprobe not installed (Debian package ffmpeg; .ci/run installs it)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None,
+        reason="ffmpeg/ffprobe not installed (Debian package ffmpeg; .ci/run installs it)",
+    ),
+    pytest.mark.usefixtures("front_end"),  # every test against both front ends of the guard
+]
 
 
 def log_of(run_cli: Cli) -> list[dict[str, Any]]:
