@@ -445,8 +445,6 @@ def main(
     if asks_only_for_information(args):
         # Not logged: hundreds a recording would push the lines that matter out of guard.log.
         return _exec(real, args)
-    if handed_over is not None:
-        _log(log_dir, f"the compiled front end handed this call over ({handed_over})", debug=True)
     opts = call_options(os.environ, cache_dir=cache_dir, policy=policy, wait_s=wait_s)
     try:
         request = plan(
@@ -463,7 +461,7 @@ def main(
         request["policy"] = opts["policy"]
     request["wait_s"] = opts["wait_s"]
     try:
-        hold = _hold(request, socket_path, log_dir, ask=handed_over is None)
+        hold = _hold(request, socket_path, log_dir, handed_over=handed_over)
     except ReservationRefused as exc:
         _say(refusal_line(exc))
         _log(log_dir, f"refused: {refusal_line(exc)}")
@@ -485,13 +483,22 @@ def main(
 
 
 def _hold(
-    request: dict[str, Any], socket_path: str | None, log_dir: str | None, *, ask: bool = True
+    request: dict[str, Any],
+    socket_path: str | None,
+    log_dir: str | None,
+    *,
+    handed_over: str | None = None,
 ) -> _Hold:
-    """Through the daemon when it answers (and runs the same policy), else the library; only
-    the library when not ``ask``."""
+    """Through the daemon when it answers (and runs the same policy), else the library; the
+    library at once for a call the compiled front end ``handed_over`` (saying why)."""
+    if handed_over is not None:
+        quiet = handed_over.startswith("no daemon answers")  # as the Python guard says nothing
+        _log(log_dir, f"the compiled front end handed this call over: {handed_over}; "
+             "reserving through the ledger", debug=quiet)  # fmt: skip
+        return _LibraryHold(request, log_dir)
     runtime = os.environ.get("JANITOR_RUNTIME_DIR")
     path = os.path.join(runtime, "janitor.sock") if runtime else socket_path
-    if path and ask:
+    if path:
         from janitor.jobs.daemon_client import DaemonClient
 
         try:

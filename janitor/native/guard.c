@@ -1284,8 +1284,8 @@ static char *understood(const struct answer *ans, struct buf *why) {
     if (known) return action;
     free(action);
     char *message = stop != NULL ? json_get_string(p, end, "message") : NULL;
-    buf_fmt(why, "the daemon answered %d%s%s", ans->status, message ? ": " : "",
-            message ? message : (stop == NULL ? " with what is not JSON" : ""));
+    buf_fmt(why, "the daemon at %s did not take this call (%d: %s)", g_socket, ans->status,
+            message ? message : stop == NULL ? "an answer that is not JSON" : "no verdict");
     free(message);
     return NULL;
 }
