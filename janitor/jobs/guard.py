@@ -74,6 +74,9 @@ GUARD_MARK = b"# space-janitor guard"
 #: Set by the compiled front end when it hands a call to this guard: why (the daemon did not
 #: answer, or answered what it did not understand).
 FALLBACK_ENV = "JANITOR_GUARD_FALLBACK"
+#: How long the daemon may take to answer a call (it may probe a new recording or evict caches
+#: first); then the ledger decides. ``JANITOR_GUARD_TIMEOUT_S`` changes it.
+ANSWER_TIMEOUT_S = 60.0
 #: How often the running ffmpeg's output and volume are looked at.
 POLL_S = 0.2
 #: How long a job's first write waits for room by default (batchalign3's memory gate waits
@@ -408,7 +411,10 @@ def _finish(returncode: int) -> int:
 
     sig = -returncode
     try:
-        signal.signal(sig, signal.SIG_DFL)
+        signal.signal(sig, signal.SIG_DFL)  # SIGKILL has no handler to reset: OSError
+    except (OSError, ValueError):
+        pass
+    try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
         os.kill(os.getpid(), sig)
     except (OSError, ValueError):
@@ -482,6 +488,20 @@ def main(
     return _run(real, args, hold, log_dir)
 
 
+def answer_timeout() -> float:
+    """How long the daemon may take to answer a call: ``JANITOR_GUARD_TIMEOUT_S``, else
+    :data:`ANSWER_TIMEOUT_S` (the compiled front end reads the same variable)."""
+    text = os.environ.get("JANITOR_GUARD_TIMEOUT_S")
+    if text:
+        try:
+            value = float(text)
+        except ValueError:
+            return ANSWER_TIMEOUT_S
+        if 0 < value <= 86400:
+            return value
+    return ANSWER_TIMEOUT_S
+
+
 def _hold(
     request: dict[str, Any],
     socket_path: str | None,
@@ -502,7 +522,7 @@ def _hold(
         from janitor.jobs.daemon_client import DaemonClient
 
         try:
-            daemon = DaemonClient(path)
+            daemon = DaemonClient(path, timeout=answer_timeout())
         except OSError:
             daemon = None
         if daemon is not None:
