@@ -544,3 +544,94 @@ def test_ffmpeg_killed_by_a_signal_makes_the_guard_die_of_it_too(
         if g.poll() is None:
             g.kill()
             g.wait()
+
+
+# -- which front end, and why ---------------------------------------------------------------------
+
+
+def _status(run_cli: Cli, folder: Path, **env: str | None) -> dict[str, Any]:
+    done = run_cli("shim", "status", "--dir", folder, "--json", env=env)
+    state: dict[str, Any] = json.loads(done.stdout)
+    return state
+
+
+def _doctor_front_end(run_cli: Cli, **env: str | None) -> dict[str, Any]:
+    done = run_cli("doctor", "--json", env=env)
+    checks = [c for c in json.loads(done.stdout) if c["name"] == "guard front end"]
+    assert len(checks) == 1, done.stdout
+    found: dict[str, Any] = checks[0]
+    return found
+
+
+def test_shim_status_and_doctor_say_which_front_end_and_why(
+    run_cli: Cli, tmp_path: Path, janitor_env: Any
+) -> None:
+    from janitor.host import cbuild
+
+    if cbuild.compiler() is None:
+        pytest.skip(f"needs a C compiler: {cbuild.why_not()}")
+    default_bin = janitor_env.data_home / "space-janitor" / "bin"
+    none = _doctor_front_end(run_cli)
+    assert none["verdict"] == "ok" and "would put in the compiled front end" in none["message"]
+    assert run_cli("shim", "install").returncode == 0
+    state = _status(run_cli, default_bin)
+    assert state["front_end"]["kind"] == "compiled" and state["current"], state
+    assert "built with" in state["front_end"]["why"] and Path(state["front_end"]["build"]).is_file()
+    check = _doctor_front_end(run_cli)
+    assert check["verdict"] == "ok" and "the compiled front end" in check["message"], check
+    human = run_cli("shim", "status").stdout
+    assert "front end: compiled (built with" in human, human
+    # asked for the Python one: ok, and said so
+    done = run_cli("shim", "install", "--front-end", "python")
+    assert done.returncode == 0 and "the python front end (asked for)" in (done.stderr), done.stderr
+    assert sorted(p.name for p in default_bin.iterdir()) == ["ffmpeg"]  # no sidecar left
+    state = _status(run_cli, default_bin, JANITOR_GUARD_FRONT_END="python")
+    assert state["front_end"]["kind"] == "python" and state["current"], state
+    # ... but the default would put the compiled one in: out of date, doctor says how
+    state = _status(run_cli, default_bin)
+    assert not state["current"] and state["would_install"]["kind"] == "compiled", state
+    check = _doctor_front_end(run_cli)
+    assert check["verdict"] == "warn" and "shim install" in check["fix"], check
+    bad = run_cli("shim", "install", "--front-end", "fast")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+
+
+def test_no_compiler_or_one_that_fails_means_the_python_guard_said_why(
+    run_cli: Cli, tmp_path: Path, janitor_env: Any
+) -> None:
+    folder = tmp_path / "bin"
+    empty = tmp_path / "empty-path"
+    empty.mkdir()
+    # no compiler on PATH: the Python front end, and why
+    env: dict[str, str | None] = {"PATH": str(empty), "CC": None}
+    done = run_cli("shim", "install", "--dir", folder, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "the python front end (no C compiler" in done.stderr, done.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["ffmpeg"]
+    assert "# Front end: python (no C compiler" in (folder / "ffmpeg").read_text()
+    state = _status(run_cli, folder, **env)
+    assert state["front_end"]["kind"] == "python" and state["current"], state
+    check = _doctor_front_end(run_cli, **env)
+    assert check["verdict"] == "ok"  # none in the default folder
+    forced = run_cli("shim", "install", "--dir", folder, "--front-end", "compiled", env=env)
+    assert forced.returncode == 2 and forced.stderr.count("\n") == 1, forced.stderr
+    assert "no C compiler" in forced.stderr and "Traceback" not in forced.stderr
+    # a compiler that answers but cannot build it: said once, remembered
+    cc = tmp_path / "badcc"
+    cc.write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && { echo "badcc 1.0"; exit 0; }\n'
+        'echo "guard.c:1:1: error: this compiler builds nothing" >&2; exit 1\n'
+    )
+    cc.chmod(0o755)
+    env = {"CC": str(cc)}
+    done = run_cli("shim", "install", "--dir", folder, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "the python front end (it does not build here: guard: guard.c:1:1: error: this " in (
+        done.stderr
+    ), done.stderr
+    failed = list(Path(os.environ["JANITOR_NATIVE_DIR"]).glob("guard-*.failed"))
+    assert len(failed) == 1, failed
+    state = _status(run_cli, folder, **env)
+    assert state["front_end"]["kind"] == "python" and state["current"], state
+    assert state["would_install"]["kind"] == "python", state
+    failed[0].unlink()

@@ -189,8 +189,8 @@ def choose(settings: Settings, *, want: str | None = None, build: bool = True) -
     from janitor.host import cbuild
 
     kind, who = _want(want)
-    if kind == "python":
-        return FrontEnd("python", f"chosen with {who}")
+    if kind == "python":  # not who asked: the files stay the same whichever way it was asked
+        return FrontEnd("python", "asked for")
 
     def without(reason: str) -> FrontEnd:
         if kind == "compiled":
