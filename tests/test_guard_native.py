@@ -635,3 +635,58 @@ def test_no_compiler_or_one_that_fails_means_the_python_guard_said_why(
     assert state["front_end"]["kind"] == "python" and state["current"], state
     assert state["would_install"]["kind"] == "python", state
     failed[0].unlink()
+
+
+# -- the daemon's side: POST /v1/guard/call -------------------------------------------------------
+
+
+def test_the_daemon_decides_a_call_whole_and_words_its_lines(
+    own_daemon: Path, vol: Pipeline, wav: Path, run_cli: Cli, tmp_path: Path
+) -> None:
+    from ._daemon_helpers import uds_client
+
+    base = {"cwd": str(vol.tmp), "owner_pid": os.getpid(), "writer_pid": os.getpid(),
+            "ffmpeg": os.path.realpath(REAL_FFMPEG)}  # fmt: skip
+    with uds_client(own_daemon / "janitor.sock") as c:
+        # nothing to reserve: exec, with the DEBUG line the Python guard would write
+        r = c.post("/v1/guard/call", json={**base, "args": ["-i", str(wav), "-f", "null", "-"]})
+        assert r.status_code == 200, r.text
+        assert r.json()["action"] == "exec" and r.json()["debug"] is True
+        assert r.json()["log"].startswith("unguarded (") and r.json()["log"].endswith("-f null -")
+        # a write that fits: run, under its reservation, and what to send at its end
+        r = c.post("/v1/guard/call", json={**base, "args": [str(a) for a in _cut("o.pcm", wav)]})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["action"] == "run" and body["holds"] is True, body
+        (held,) = body["session"]["reservations"]
+        assert (held["output"], held["bytes"], held["pooled"]) == (
+            str(vol.tmp / "o.pcm"), PCM_RATE, False
+        )  # fmt: skip
+        assert body["log"] == (
+            f"reserved through the daemon: 62.5 KiB for {vol.tmp / 'o.pcm'} ({held['id']})"
+        )
+        # its input lies in the media cache: pinned for the call, ended with it
+        assert body["release"] == {"reservations": [held["id"]], "pins": body["session"]["pins"],
+                                   "job": "ffmpeg", "run": None}  # fmt: skip
+        assert len(body["session"]["pins"]) == 1
+        r = c.post("/v1/guard/release", json={**body["release"], "written": []})
+        assert r.status_code == 200, r.text
+        # one that cannot fit: refused, with the line to print and the one to log
+        long_wav = tmp_path / "long.wav"  # off the volume: 10 minutes, 36.6 MiB as f32 PCM
+        silence = ["-f", "lavfi", "-i", "anullsrc=r=16000:cl=mono", "-t", "600"]
+        subprocess.run([REAL_FFMPEG, "-loglevel", "error", *silence, str(long_wav)], check=True)
+        big = ["-y", "-i", str(long_wav), "-f", "f32le", "-acodec", "pcm_f32le", "big.pcm"]
+        r = c.post("/v1/guard/call", json={**base, "args": big, "env": {"JANITOR_JOB": "j1"}})
+        assert r.status_code == 507, r.text
+        said = r.json()
+        assert said["action"] == "refuse" and said["say"].startswith(
+            f"refused to write {vol.tmp / 'big.pcm'} (36.6 MiB) on volume"
+        ), said
+        assert said["log"] == "refused: " + said["say"]
+        # another policy expected: 409, for the guard to hand the call over
+        other = {"JANITOR_POLICY": str(tmp_path / "x.toml")}
+        r = c.post("/v1/guard/call", json={**base, "args": ["-version"], "env": other})
+        assert r.status_code == 409 and r.json()["error"] == "policy_mismatch", r.text
+        r = c.post("/v1/guard/call", json={**base, "cwd": "rel", "args": ["-version"]})
+        assert r.status_code == 422, r.text
+    assert [e["path"] for e in _grants(run_cli)] == [str(vol.tmp / "o.pcm")]

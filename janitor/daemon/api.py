@@ -739,6 +739,7 @@ def create_app(daemon: DaemonView, offload: Offload | None = None) -> FastAPI:
         "/v1/guard/call",
         response_model=dict[str, Any],
         responses={
+            202: {"description": "Queued (action wait): then POST /v1/guard/call/wait"},
             507: {"description": "Refused: an output does not fit (action refuse)"},
             409: {"model": ErrorOut, "description": "The daemon runs another policy"},
             **errors,

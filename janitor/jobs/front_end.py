@@ -313,4 +313,3 @@ def _read(path: Path) -> str:
             return f.read(1 << 16).decode(errors="replace")
     except OSError:
         return ""
-
