@@ -263,11 +263,16 @@ static char *read_file(const char *path, size_t max, size_t *len) {
     return data;
 }
 
-static int contains(const char *hay, size_t n, const char *needle) {
+/* Where `needle` first is in the n bytes at `hay` (which may hold NULs), or NULL. */
+static const char *find(const char *hay, size_t n, const char *needle) {
     size_t m = strlen(needle);
     for (size_t i = 0; m <= n && i <= n - m; i++)
-        if (memcmp(hay + i, needle, m) == 0) return 1;
-    return 0;
+        if (memcmp(hay + i, needle, m) == 0) return hay + i;
+    return NULL;
+}
+
+static int contains(const char *hay, size_t n, const char *needle) {
+    return find(hay, n, needle) != NULL;
 }
 
 static int has_mark(const char *path) {
@@ -297,24 +302,26 @@ static int executable_file(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-/* This program's own path, resolved; NULL when the system will not say. */
+/* This program's own path, resolved; NULL when the system will not say. The kernel's word
+ * where it gives one (a link or a copy of us is named as it was run), else argv[0] with a /. */
 static char *self_path(const char *argv0) {
     char raw[PATH_MAX], real[PATH_MAX];
+    int got = 0;
 #if defined(__linux__)
-    (void)argv0;
     ssize_t n = readlink("/proc/self/exe", raw, sizeof raw - 1);
-    if (n <= 0) return NULL;
-    raw[n] = '\0';
+    if (n > 0) {
+        raw[n] = '\0';
+        got = 1;
+    }
 #elif defined(__APPLE__)
-    (void)argv0;
     uint32_t size = sizeof raw;
-    if (_NSGetExecutablePath(raw, &size) != 0) return NULL;
-#else
-    if (argv0 == NULL || strchr(argv0, '/') == NULL) return NULL;
-    if (strlen(argv0) >= sizeof raw) return NULL;
-    strcpy(raw, argv0);
+    got = _NSGetExecutablePath(raw, &size) == 0;
 #endif
-    if (realpath(raw, real) == NULL) return NULL; /* replaced since it started: "(deleted)" */
+    if (!got && argv0 != NULL && strchr(argv0, '/') != NULL && strlen(argv0) < sizeof raw) {
+        strcpy(raw, argv0);
+        got = 1;
+    }
+    if (!got || realpath(raw, real) == NULL) return NULL; /* replaced since it started */
     return strdup(real);
 }
 
@@ -763,10 +770,14 @@ static int http(const char *method, const char *url, const char *body, int timeo
             goto out;
         }
         if (head == 0 && in.len > 0) {
-            char *sep = contains(in.p, in.len, "\r\n\r\n") ? strstr(in.p, "\r\n\r\n") : NULL;
+            char *sep = (char *)find(in.p, in.len, "\r\n\r\n");
             if (sep != NULL) {
                 head = (size_t)(sep - in.p) + 4;
                 *sep = '\0';
+                if (memchr(in.p, '\0', (size_t)(sep - in.p)) != NULL) {
+                    buf_str(why, "the daemon answered something that is not HTTP");
+                    goto out;
+                }
                 int status = 0;
                 if (sscanf(in.p, "HTTP/1.%*1d %3d", &status) != 1 || status < 100 ||
                     status > 599) {
@@ -819,7 +830,7 @@ static int g_nargs;
 static const char *g_real;
 static struct settings g_set;
 
-static void exec_real(void) {
+static _Noreturn void exec_real(void) {
     char **argv = calloc((size_t)g_nargs + 2, sizeof *argv);
     if (argv == NULL) { say("out of memory"); exit(EXIT_NO_FFMPEG); }
     argv[0] = (char *)g_real;
@@ -833,7 +844,7 @@ static void exec_real(void) {
 
 /* Exec the Python guard (ffmpeg.guard, run by the settings' python), telling it why; without
  * one, the real ffmpeg as it is. */
-static void hand_over(const char *why) {
+static _Noreturn void hand_over(const char *why) {
     if (g_set.python != NULL && g_set.sidecar != NULL) {
         char **argv = calloc((size_t)g_nargs + 4, sizeof *argv);
         if (argv != NULL && setenv(FALLBACK_ENV, why ? why : "", 1) == 0) {
