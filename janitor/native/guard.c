@@ -1061,6 +1061,23 @@ static int reap(pid_t pid, int ms, int *status) {
     }
 }
 
+/* Wait up to `ms` for the sentinel to end, woken by SIGCHLD on the self-pipe (no polling
+ * delay); one that does not end (stopped by someone) is left to init. */
+static void reap_sentinel(pid_t pid, int ms) {
+    int64_t deadline = now_ms() + ms;
+    for (;;) {
+        pid_t r = waitpid(pid, NULL, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR)) return;
+        int64_t left = deadline - now_ms();
+        if (left <= 0) return;
+        struct pollfd pfd = {g_wake[0], POLLIN, 0};
+        if (poll(&pfd, 1, left > 50 ? 50 : (int)left) > 0) {
+            char drain[64];
+            while (read(g_wake[0], drain, sizeof drain) > 0) {}
+        }
+    }
+}
+
 /* Whether ffmpeg has ended, without reaping it where the system can (Linux's waitid WNOWAIT),
  * so the sentinel is told before the pid is free for another process. */
 static int child_ended(pid_t pid, int *status, int *reaped) {
@@ -1463,15 +1480,13 @@ static int run(const char *p, const char *end, const sigset_t *given_mask) {
     int status = 0, reaped = 0;
     char *stopped = watch(pid, w, nw, &status, &reaped);
     if (stopped != NULL) stop_child(pid, &status, &reaped);
-    /* Tell the sentinel before the pid is reaped, then reap. */
+    /* Tell the sentinel before the pid is reaped (it exits as soon as it reads the word), then
+     * reap both. */
     if (word >= 0) {
         while (write(word, "done\n", 5) < 0 && errno == EINTR) {}
         (void)close(word);
     }
-    if (sentinel > 0) {
-        int ignored;
-        (void)reap(sentinel, 5000, &ignored);
-    }
+    if (sentinel > 0) reap_sentinel(sentinel, 5000);
     if (!reaped) (void)reap(pid, -1, &status);
     g_child = 0;
     restore_signals();
