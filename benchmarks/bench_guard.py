@@ -344,80 +344,77 @@ def main(argv: list[str] | None = None) -> int:
             pre = bench_preflight(root, env, args.files, args.rounds)
         finally:
             shutil.rmtree(env["JANITOR_RUNTIME_DIR"], ignore_errors=True)
-    med = {k: statistics.median(v) for k, v in cut.items()}
-    p90 = {k: percentile(sorted(v), 90) for k, v in cut.items()}
+
+    def ms_(seconds: float) -> str:
+        return f"{seconds * 1e3:.1f} ms"
+
+    def paired(values: list[float], base: list[float]) -> float:
+        """The median of the per-round differences: each guarded call against the bare call
+        of its own round, so load that drifts between rounds cancels out."""
+        return statistics.median(v - b for v, b in zip(values, base, strict=True))
+
     print(
         f"machine: nproc={os.cpu_count()}, load {os.getloadavg()[0]:.2f}, "
-        f"CPython {sys.version.split()[0]}, {args.runs} cuts per mode"
+        f"CPython {sys.version.split()[0]}, {args.runs} rounds per mode"
     )
-    rows = [("measurement", "median", "p90", "vs bare ffmpeg", "target", "verdict")]
-    rows.append(("bare ffmpeg, 30 s segment PCM from a cached WAV", f"{med['bare'] * 1e3:.1f} ms",
-                 f"{p90['bare'] * 1e3:.1f} ms", "baseline", "-", "-"))  # fmt: skip
+    rows = [("measurement", "median", "p90", "min", "vs bare: medians", "paired", "target",
+             "verdict")]  # fmt: skip
     ok = True
-    labels = {
-        "compiled": "compiled front end, later cut, daemon running",
-        "compiled-first": "compiled front end, first cut of a job, daemon",
-        "python": "Python guard, later cut, daemon running",
-        "python-first": "Python guard, first cut of a job, daemon",
-        "library": "Python guard, later cut, no daemon (ledger)",
-        "library-first": "Python guard, first cut of a job, no daemon",
-    }
-    for name, label in labels.items():
-        extra = med[name] - med["bare"]
-        pct = 100 * extra / med["bare"]
-        target, meets = "-", True
-        if name == "compiled":
-            target, meets = f"<= +{TARGET_COMPILED_MS:g} ms", extra * 1e3 <= TARGET_COMPILED_MS
-        elif name == "python":
-            target = f"<= +{TARGET_MS:g} ms, <= +{TARGET_PCT:g} %"
-            meets = extra * 1e3 <= TARGET_MS and pct <= TARGET_PCT
-        ok &= meets
-        rows.append((label, f"{med[name] * 1e3:.1f} ms", f"{p90[name] * 1e3:.1f} ms",
-                     f"+{extra * 1e3:.1f} ms (+{pct:.0f} %)", target,
-                     "-" if target == "-" else "meets" if meets else "MISSES"))  # fmt: skip
-    cmed = {k: statistics.median(v) for k, v in checks.items()}
-    cp90 = {k: percentile(sorted(v), 90) for k, v in checks.items()}
+
+    def add(label: str, values: list[float], base: list[float] | None = None,
+            limit_ms: float | None = None, limit_pct: float | None = None) -> None:  # fmt: skip
+        nonlocal ok
+        med, p90, low = statistics.median(values), percentile(sorted(values), 90), min(values)
+        if base is None:
+            rows.append((label, ms_(med), ms_(p90), ms_(low), "baseline", "-", "-", "-"))
+            return
+        extra = med - statistics.median(base)
+        pct = 100 * extra / statistics.median(base)
+        pair = paired(values, base)
+        target, verdict = "-", "-"
+        if limit_ms is not None:
+            meets = pair * 1e3 <= limit_ms and (limit_pct is None or pct <= limit_pct)
+            ok &= meets
+            target = f"<= +{limit_ms:g} ms" + (f", +{limit_pct:g} %" if limit_pct else "")
+            verdict = "meets" if meets else "MISSES"
+        rows.append((label, ms_(med), ms_(p90), ms_(low), f"{extra * 1e3:+.1f} ms ({pct:+.0f} %)",
+                     f"{pair * 1e3:+.1f} ms", target, verdict))  # fmt: skip
+
+    add("bare ffmpeg, 30 s segment PCM from a cached WAV", cut["bare"])
+    add("compiled front end, later cut, daemon running", cut["compiled"], cut["bare"],
+        TARGET_COMPILED_MS)  # fmt: skip
+    add("compiled front end, first cut of a job, daemon", cut["compiled-first"], cut["bare"])
+    add("Python guard, later cut, daemon running", cut["python"], cut["bare"], TARGET_MS,
+        TARGET_PCT)  # fmt: skip
+    add("Python guard, first cut of a job, daemon", cut["python-first"], cut["bare"])
+    add("Python guard, later cut, no daemon (ledger)", cut["library"], cut["bare"])
+    add("Python guard, first cut of a job, no daemon", cut["library-first"], cut["bare"])
     titles = {"version": "ffmpeg -version", "unestimable": "an unestimable call (-f null, 1 s)"}
     for what, title in titles.items():
-        base = cmed[f"{what}-bare"]
-        rows.append((f"bare {title}, by name on PATH", f"{base * 1e3:.1f} ms",
-                     f"{cp90[f'{what}-bare'] * 1e3:.1f} ms", "baseline", "-", "-"))  # fmt: skip
-        for front, who, limit in (("compiled", "compiled front end", TARGET_COMPILED_VERSION_MS),
-                                  ("python", "Python guard", TARGET_VERSION_MS)):  # fmt: skip
-            name = f"{what}-{front}"
-            extra = cmed[name] - base
-            target, meets = "-", True
-            if what == "version":
-                target, meets = f"<= +{limit:g} ms", extra * 1e3 <= limit
-            ok &= meets
-            rows.append((f"{who}, {title}", f"{cmed[name] * 1e3:.1f} ms",
-                         f"{cp90[name] * 1e3:.1f} ms",
-                         f"+{extra * 1e3:.1f} ms (+{100 * extra / base:.0f} %)", target,
-                         "-" if target == "-" else "meets" if meets else "MISSES"))  # fmt: skip
-    rows.append(("python -I -S -c pass (the guard's interpreter start)",
-                 f"{cmed['python-IS'] * 1e3:.1f} ms", f"{cp90['python-IS'] * 1e3:.1f} ms", "-",
-                 "-", "-"))  # fmt: skip
-    rows.append(("bare ffprobe duration of an m4a (batchalign3's query)",
-                 f"{cmed['ffprobe-bare'] * 1e3:.1f} ms", f"{cp90['ffprobe-bare'] * 1e3:.1f} ms",
-                 "baseline", "-", "-"))  # fmt: skip
-    extra = cmed["ffprobe-guarded"] - cmed["ffprobe-bare"]
-    rows.append(("ffprobe, guard's folder first on PATH (not wrapped)",
-                 f"{cmed['ffprobe-guarded'] * 1e3:.1f} ms",
-                 f"{cp90['ffprobe-guarded'] * 1e3:.1f} ms",
-                 f"{extra * 1e3:+.1f} ms ({100 * extra / cmed['ffprobe-bare']:+.0f} %)",
-                 "same binary", "-"))  # fmt: skip
+        base = checks[f"{what}-bare"]
+        version = what == "version"
+        add(f"bare {title}, by name on PATH", base)
+        add(f"compiled front end, {title}", checks[f"{what}-compiled"], base,
+            TARGET_COMPILED_VERSION_MS if version else None)  # fmt: skip
+        add(f"Python guard, {title}", checks[f"{what}-python"], base,
+            TARGET_VERSION_MS if version else None)  # fmt: skip
+    add("python -I -S -c pass (the Python guard's interpreter start)", checks["python-IS"])
+    add("bare ffprobe duration of an m4a (batchalign3's query)", checks["ffprobe-bare"])
+    add("ffprobe, a guard's folder first on PATH (not wrapped)", checks["ffprobe-guarded"],
+        checks["ffprobe-bare"])  # fmt: skip
     pre_ok = pre["cold_median_s"] <= TARGET_PREFLIGHT_S
     ok &= pre_ok
     rows.append((f"janitor run --media ({args.files} files), nothing remembered",
-                 f"{pre['cold_median_s']:.2f} s", f"max {pre['cold_max_s']:.2f} s",
-                 f"ffprobe one by one {pre['ffprobe_serial_s']:.2f} s",
+                 f"{pre['cold_median_s']:.2f} s", f"max {pre['cold_max_s']:.2f} s", "-",
+                 f"ffprobe one by one {pre['ffprobe_serial_s']:.2f} s", "-",
                  f"<= {TARGET_PREFLIGHT_S:g} s", "meets" if pre_ok else "MISSES"))  # fmt: skip
     rows.append(("janitor run --media, probes remembered", f"{pre['warm_s']:.2f} s", "-", "-",
-                 "-", "-"))  # fmt: skip
+                 "-", "-", "-", "-"))  # fmt: skip
     rows.append(("janitor run -- true, its own daemon (the default)",
-                 f"{pre['run_own_daemon_s']:.2f} s", "-",
-                 f"--no-daemon {pre['run_no_daemon_s']:.2f} s", "-", "-"))  # fmt: skip
-    rows.append(("python -c pass", f"{pre['python_pass_s'] * 1e3:.1f} ms", "-", "-", "-", "-"))
+                 f"{pre['run_own_daemon_s']:.2f} s", "-", "-",
+                 f"--no-daemon {pre['run_no_daemon_s']:.2f} s", "-", "-", "-"))  # fmt: skip
+    rows.append(("python -c pass", f"{pre['python_pass_s'] * 1e3:.1f} ms", "-", "-", "-", "-",
+                 "-", "-"))  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
