@@ -1539,10 +1539,6 @@ int main(int argc, char **argv) {
     g_args = argv + 1;
     g_nargs = argc > 0 ? argc - 1 : 0;
     char *self = self_path(argc > 0 ? argv[0] : NULL);
-    read_settings(self, &g_set);
-    const char *log_env = getenv("JANITOR_LOG_DIR");
-    g_log_dir = log_env != NULL && *log_env ? log_env : g_set.log_dir;
-
     struct buf why = {0};
     const char *error = NULL;
     char *real = find_real(self, &error, &why);
@@ -1552,7 +1548,10 @@ int main(int argc, char **argv) {
     }
     g_real = real;
     if (asks_only_for_information()) exec_real(); /* not logged: hundreds per recording */
-    if (g_set.sidecar == NULL) exec_real();       /* no settings: nothing to guard with */
+    read_settings(self, &g_set);
+    if (g_set.sidecar == NULL) exec_real(); /* no settings: nothing to guard with */
+    const char *log_env = getenv("JANITOR_LOG_DIR");
+    g_log_dir = log_env != NULL && *log_env ? log_env : g_set.log_dir;
 
     const char *runtime = getenv("JANITOR_RUNTIME_DIR");
     struct buf sock = {0};
