@@ -25,6 +25,9 @@ Fixtures (function scoped unless said):
 ``remount_tmpfs``     ``remount_tmpfs(mount, "ro")``: remount a tmpfs with new options.
 ``m4a``               ``m4a(seconds) -> Path``: a mono AAC recording (module scoped; real ffmpeg).
 ``pipeline``          ``pipeline("64m") -> Pipeline``: batchalign3's two trees on a tmpfs.
+``front_end``         the guarded ffmpeg's front end, ``compiled`` then ``python`` (parametrized).
+
+The compiled guard is built once for the session (``JANITOR_NATIVE_DIR``), not once a test.
 """
 
 from __future__ import annotations
@@ -141,6 +144,23 @@ def janitor_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_dir: Pat
     monkeypatch.setenv("JANITOR_NATIVE_DIR", str(native_dir))
     monkeypatch.setattr(tempfile, "tempdir", None)
     return env
+
+
+@pytest.fixture(params=["compiled", "python"])
+def front_end(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, janitor_env: JanitorEnv
+) -> str:
+    """The guarded ffmpeg's front end for every ``shim install`` and ``janitor run`` of the
+    test (``JANITOR_GUARD_FRONT_END``): a module runs its guard tests against both with
+    ``pytestmark = pytest.mark.usefixtures("front_end")``. The compiled one is skipped, with
+    the reason, where there is no C compiler."""
+    if request.param == "compiled":
+        from janitor.host import cbuild
+
+        if cbuild.compiler() is None:
+            pytest.skip(f"the compiled front end needs a C compiler: {cbuild.why_not()}")
+    monkeypatch.setenv("JANITOR_GUARD_FRONT_END", request.param)
+    return str(request.param)
 
 
 # -- tmpfs ----------------------------------------------------------------------------------------

@@ -511,6 +511,8 @@ def test_openapi_lists_the_endpoints(client: httpx.Client) -> None:
         ("/v1/estimate", "post"),
         ("/v1/guard", "post"),
         ("/v1/guard/wait", "post"),
+        ("/v1/guard/call", "post"),
+        ("/v1/guard/call/wait", "post"),
         ("/v1/status", "get"),
         ("/v1/sweep", "post"),
         ("/v1/events", "get"),

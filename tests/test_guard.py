@@ -39,10 +39,13 @@ from .test_e2e_ffmpeg import FreeSampler
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None,
-    reason="ffmpeg/ffprobe not installed (Debian package ffmpeg; .ci/run installs it)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None,
+        reason="ffmpeg/ffprobe not installed (Debian package ffmpeg; .ci/run installs it)",
+    ),
+    pytest.mark.usefixtures("front_end"),  # every test against both front ends of the guard
+]
 
 
 def log_of(run_cli: Cli) -> list[dict[str, Any]]:
@@ -505,13 +508,16 @@ def test_information_options_are_the_ones_the_estimator_stops_at() -> None:
 
 
 def test_ffmpeg_version_is_execd_before_the_estimator_loads_and_is_not_logged(
-    guard: Path, tmp_path: Path, janitor_env: Any
+    guard: Path, tmp_path: Path, janitor_env: Any, front_end: str
 ) -> None:
     """batchalign3 runs ``ffmpeg -version`` before every conversion: the guard hands it to the
-    real ffmpeg before importing the estimator, and writes no guard.log line for it."""
+    real ffmpeg before importing the estimator, and writes no guard.log line for it. The
+    compiled front end execs it before it asks anyone; the Python guard behind it (its
+    ``ffmpeg.guard``) loads no estimator for it either."""
     env = dict(os.environ, PATH=f"{guard.parent}{os.pathsep}{os.environ['PATH']}")
+    script = guard if front_end == "python" else guard.with_name("ffmpeg.guard")
     traced = subprocess.run(
-        [sys.executable, "-I", "-S", "-X", "importtime", str(guard), "-version"],
+        [sys.executable, "-I", "-S", "-X", "importtime", str(script), "-version"],
         capture_output=True,
         cwd=tmp_path,
         env=env,
@@ -711,26 +717,36 @@ def test_shim_install_status_uninstall(run_cli: Cli, tmp_path: Path) -> None:
 
 
 def test_a_guard_written_before_the_upgrade_still_runs_and_is_called_stale(
-    run_cli: Cli, tmp_path: Path
+    run_cli: Cli, tmp_path: Path, front_end: str
 ) -> None:
-    """Shims written before the guard moved to ``janitor.jobs.guard`` import ``janitor.guard``:
-    ffmpeg must keep working through them until ``shim install`` rewrites them."""
+    """Shims written before the guard moved to ``janitor.jobs.guard`` import ``janitor.guard``
+    (and were Python scripts, before the compiled front end): ffmpeg must keep working through
+    them until ``shim install`` rewrites them."""
     folder = tmp_path / "bin"
     assert run_cli("shim", "install", "--dir", folder).returncode == 0
     shim = folder / "ffmpeg"
-    new = shim.read_text()
-    assert "from janitor.jobs.guard import main" in new
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert sorted(files) == (["ffmpeg"] if front_end == "python" else ["ffmpeg", "ffmpeg.guard"])
+    text = files["ffmpeg" if front_end == "python" else "ffmpeg.guard"].decode()
+    assert "from janitor.jobs.guard import main" in text
+    # what an older space-janitor wrote: a Python script alone, importing the old module
+    (folder / "ffmpeg.guard").unlink(missing_ok=True)
     shim.write_text(
-        new.replace("from janitor.jobs.guard import main", "from janitor.guard import main")
+        text.replace("from janitor.jobs.guard import main", "from janitor.guard import main")
     )
+    shim.chmod(0o755)
     env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
     old = subprocess.run([str(shim), "-version"], capture_output=True, text=True, env=env)
     bare = subprocess.run([REAL_FFMPEG, "-version"], capture_output=True, text=True)
     assert (old.returncode, old.stdout) == (bare.returncode, bare.stdout), old.stderr
     state = json.loads(run_cli("shim", "status", "--dir", folder, "--json").stdout)
     assert state["installed"] and not state["current"], state
+    assert state["front_end"]["kind"] == "python", state
+    assert state["would_install"]["kind"] == front_end, state
     assert run_cli("shim", "install", "--dir", folder).returncode == 0
-    assert shim.read_text() == new
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == files
+    state = json.loads(run_cli("shim", "status", "--dir", folder, "--json").stdout)
+    assert state["current"] and state["front_end"]["kind"] == front_end, state
 
 
 def test_shim_uninstall_refuses_a_file_that_is_not_the_guard(run_cli: Cli, tmp_path: Path) -> None:

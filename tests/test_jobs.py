@@ -30,10 +30,13 @@ from ._daemon_helpers import DaemonSetup, daemon_setup, eventually, running_daem
 from .conftest import JANITOR_BIN, PCM_RATE, MiB, Pipeline, fill_file, free_of, sim_command
 from .test_guard import log_of, report_of
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None,
-    reason="ffmpeg/ffprobe not installed (Debian package ffmpeg; .ci/run installs it)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None,
+        reason="ffmpeg/ffprobe not installed (Debian package ffmpeg; .ci/run installs it)",
+    ),
+    pytest.mark.usefixtures("front_end"),  # every test against both front ends of the guard
+]
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 

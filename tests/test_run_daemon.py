@@ -18,11 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 from janitor.config.settings import Settings
 
 from ._daemon_helpers import JANITOR_BIN, eventually
 from .conftest import Pipeline
+
+pytestmark = pytest.mark.usefixtures("front_end")  # both front ends of the guard
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -19,10 +19,14 @@ import wave
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from janitor.humanize import format_size
 
 from ._daemon_helpers import JANITOR_BIN
 from .conftest import Pipeline
+
+pytestmark = pytest.mark.usefixtures("front_end")  # both front ends of the guard
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 

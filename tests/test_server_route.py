@@ -27,6 +27,8 @@ from janitor.ledger.foreign import active_jobs
 
 from .conftest import one_line_error
 
+pytestmark = pytest.mark.usefixtures("front_end")  # both front ends of the guard
+
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 SERVER = textwrap.dedent(

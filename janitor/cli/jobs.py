@@ -19,7 +19,7 @@ from janitor.cli.common import (
     say,
     settings,
 )
-from janitor.errors import EXIT_BAD_INPUT, EXIT_PROBLEM, EXIT_TEMPFAIL
+from janitor.errors import EXIT_BAD_INPUT, EXIT_PROBLEM, EXIT_TEMPFAIL, ConfigError
 
 if TYPE_CHECKING:
     from janitor.core import Janitor
@@ -286,16 +286,30 @@ _ShimDirOpt = Annotated[
 ]
 
 
-def shim_install(bin_dir: _ShimDirOpt = None, dry_run: DryRunOpt = False) -> None:
+_FrontEndOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--front-end",
+        help="compiled (a few ms a call; needs a C compiler) or python (default: compiled "
+        "where it builds; JANITOR_GUARD_FRONT_END).",
+    ),
+]
+
+
+def shim_install(
+    bin_dir: _ShimDirOpt = None, dry_run: DryRunOpt = False, front_end: _FrontEndOpt = None
+) -> None:
     """Put a guarded `ffmpeg` into a bin folder of ours; say how to put it first on PATH."""
     from janitor.jobs.shim import default_bin_dir, install, path_snippets, state
 
+    if front_end not in (None, "auto", "compiled", "python"):
+        raise ConfigError(f"--front-end {front_end}: use compiled, python or auto")
     s = settings()
     folder = bin_dir or default_bin_dir()
-    target = install(s, folder, dry_run=dry_run)
+    target, front = install(s, folder, dry_run=dry_run, front_end=front_end)
     now = state(s, folder)
     verb = "would write" if dry_run else "installed"
-    say(f"{verb} the guarded ffmpeg at {target}")
+    say(f"{verb} the guarded ffmpeg at {target}: the {front.kind} front end ({front.why})")
     if now.real_ffmpeg is None:
         say(f"warning: {now.problem}")
     else:
@@ -309,8 +323,8 @@ def shim_install(bin_dir: _ShimDirOpt = None, dry_run: DryRunOpt = False) -> Non
 
 
 def shim_status(bin_dir: _ShimDirOpt = None, as_json: JsonOpt = False) -> None:
-    """Is the guard installed, current, first on PATH, and which ffmpeg does it run? (exit 1
-    if it would not guard a call from this shell)."""
+    """Is the guard installed, current, first on PATH, which front end is it, and which
+    ffmpeg does it run? (exit 1 if it would not guard a call from this shell)."""
     from janitor.jobs.shim import state
 
     st = state(settings(), bin_dir)
@@ -325,6 +339,12 @@ def shim_status(bin_dir: _ShimDirOpt = None, as_json: JsonOpt = False) -> None:
                 else " (out of date: run `janitor shim install`)"
             )
         )
+        if st.front_end is not None:
+            print(f"front end: {st.front_end.kind} ({st.front_end.why})")
+        if st.would_install is not None and (
+            st.front_end is None or st.front_end.kind != st.would_install.kind
+        ):
+            print(f"shim install would put in: {st.would_install.kind} ({st.would_install.why})")
         print(f"first on PATH: {'yes' if st.first_on_path else 'no'}")
         print(f"real ffmpeg: {st.real_ffmpeg or st.problem}")
     if not (st.installed and st.first_on_path and st.real_ffmpeg):

@@ -43,6 +43,7 @@ LABELS: dict[str, str] = {
     "--margin": "PERCENT",
     "--format": "wav16|f32",
     "--platform": "launchd|systemd",
+    "--front-end": "compiled|python",
 }
 ARGUMENTS: dict[str, str] = {"paths": "PATH", "reservation_id": "ID"}
 

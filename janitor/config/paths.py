@@ -21,6 +21,7 @@ __all__ = [
     "default_runtime_dir",
     "default_state_dir",
     "expand_path",
+    "native_build_dir",
     "native_dir",
     "shipped_policy_path",
 ]
@@ -67,20 +68,25 @@ def default_runtime_dir() -> Path:
         return Path(platformdirs.user_runtime_dir(APP_NAME, appauthor=False))
 
 
-def native_dir() -> Path | None:
-    """Where the janitor builds its C helpers (``janitor/native``: the size walk of ``janitor
-    space``), once per version: ``JANITOR_NATIVE_DIR``, else ``native`` in the user data dir
-    (``~/.local/share/space-janitor/native`` on Linux, ``~/Library/Application
-    Support/space-janitor/native`` on macOS). None when ``JANITOR_NATIVE=0``: the Python code
-    only."""
-    if os.environ.get("JANITOR_NATIVE", "") == "0":
-        return None
+def native_build_dir() -> Path:
+    """Where the janitor builds its C helpers (``janitor/native``: the guard's front end, the
+    size walk of ``janitor space``), once per version: ``JANITOR_NATIVE_DIR``, else ``native`` in
+    the user data dir (``~/.local/share/space-janitor/native`` on Linux, ``~/Library/Application
+    Support/space-janitor/native`` on macOS)."""
     given = os.environ.get("JANITOR_NATIVE_DIR", "")
     if given:
         return Path(os.path.abspath(os.path.expanduser(given)))
     import platformdirs
 
     return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)) / "native"
+
+
+def native_dir() -> Path | None:
+    """:func:`native_build_dir` for ``janitor space``'s walker; None when ``JANITOR_NATIVE=0``:
+    the Python walk only."""
+    if os.environ.get("JANITOR_NATIVE", "") == "0":
+        return None
+    return native_build_dir()
 
 
 def shipped_policy_path() -> Path:

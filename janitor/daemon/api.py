@@ -180,6 +180,29 @@ class GuardWait(BaseModel):
     owner_pid: int = Field(ge=1, description="The guard: the wait ends if it does.")
 
 
+class GuardCall(BaseModel):
+    """One ffmpeg call as the compiled guard got it, for the daemon to estimate, admit, pin and
+    record (``POST /v1/guard/call``): its arguments and folder, the guard and its parent, the
+    real ffmpeg (its ffprobe measures the inputs), the ``JANITOR_*`` variables that shape a call
+    (``JANITOR_JOB``, ``JANITOR_RUN``, ``JANITOR_POLICY``, ``JANITOR_CACHE_DIR``,
+    ``JANITOR_GUARD_WAIT_S``) and what ``janitor shim install`` resolved (``policy``,
+    ``cache_dir``, ``wait_s``), the variables winning."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    args: list[Annotated[str, Field(max_length=65536)]] = Field(max_length=4096)
+    cwd: str = Field(min_length=1, max_length=4096)
+    owner_pid: int = Field(ge=1, description="The guard's pid: its exit ends the call's own.")
+    writer_pid: int | None = Field(default=None, ge=1, description="The guard's parent.")
+    ffmpeg: str = Field(min_length=1, max_length=4096, description="The real ffmpeg it runs.")
+    env: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, max_length=16
+    )
+    config: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, max_length=16
+    )
+
+
 class EstimateRequest(BaseModel):
     """An ffmpeg argument list (without ``ffmpeg``) whose output bytes are wanted."""
 
@@ -386,6 +409,8 @@ class _Calls:
         #: Queued calls by ticket, between their 202 answer and their wait (and since when).
         self._queued: dict[str, tuple[Any, float]] = {}
         self._queued_lock = threading.Lock()
+        #: The guards' probes, by probe cache and real ffmpeg (see _guard_probe).
+        self._probes: dict[tuple[str | None, str], Any] = {}
 
     def reserve(self, req: ReserveRequest) -> bytes:
         r = self.daemon.janitor.reserve(
@@ -433,13 +458,7 @@ class _Calls:
         try:
             session = grant(jan, prep)
         except Queued as q:
-            with self._queued_lock:
-                # A guard that never came back for its place (killed between the two calls)
-                # leaves its entry: those older than any wait could last are dropped.
-                stale = time.monotonic() - 86400
-                for ticket in [t for t, (_, at) in self._queued.items() if at < stale]:
-                    del self._queued[ticket]
-                self._queued[q.ticket] = (prep, time.monotonic())
+            self._park(q.ticket, prep)
             return 202, _dumps({"ticket": q.ticket, "message": q.message})
         except ReservationRefused as exc:
             return 507, _dumps(exc.as_dict())
@@ -451,9 +470,7 @@ class _Calls:
         from janitor.host.owner import is_alive, process_start
         from janitor.jobs.writes import wait
 
-        with self._queued_lock:
-            entry = self._queued.pop(req.ticket, None)
-        prep = None if entry is None else entry[0]
+        prep = self._unpark(req.ticket)
         if prep is None:
             return 404, _dumps(
                 {"error": "not_found", "message": f"no queued call {req.ticket!r} here"}
@@ -520,6 +537,65 @@ class _Calls:
         if probe is None:
             probe = self._probe_cache = ffmpeg.Probe(ffmpeg.probe_cache_dir())
         return probe
+
+    def guard_call(self, req: GuardCall) -> tuple[int, bytes]:
+        from janitor.jobs.call import decide
+
+        if not os.path.isabs(req.cwd):
+            return 422, _dumps({"error": "bad_request", "message": f"cwd {req.cwd!r} is relative"})
+        verdict = decide(
+            self.daemon.janitor,
+            req.model_dump(),
+            probe_for=self._guard_probe,
+            policy_path=str(self.daemon.settings.policy_path),
+        )
+        if verdict.prepared is not None:
+            self._park(verdict.body["ticket"], verdict.prepared)
+        return verdict.status, _dumps(verdict.body)
+
+    def guard_call_wait(self, req: GuardWait) -> tuple[int, bytes]:
+        from janitor.host.owner import is_alive, process_start
+        from janitor.jobs.call import decide_wait
+
+        prep = self._unpark(req.ticket)
+        if prep is None:
+            return 404, _dumps(
+                {"error": "not_found", "message": f"no queued call {req.ticket!r} here"}
+            )
+        start = process_start(req.owner_pid)
+        verdict = decide_wait(
+            self.daemon.janitor, prep, req.ticket, lambda: is_alive(req.owner_pid, start)
+        )
+        return verdict.status, _dumps(verdict.body)
+
+    def _guard_probe(self, cache_dir: str | None, ffmpeg_path: str) -> Any:
+        """A probe per probe cache and real ffmpeg the guards name, kept (its memory too)."""
+        from janitor.jobs import ffmpeg
+
+        key = (cache_dir, ffmpeg_path)
+        with self._queued_lock:
+            probe = self._probes.get(key)
+            if probe is None:
+                if len(self._probes) >= 16:
+                    self._probes.clear()
+                folder = ffmpeg.probe_cache_dir(cache_dir)
+                probe = self._probes[key] = ffmpeg.Probe(folder, ffmpeg=ffmpeg_path)
+        return probe
+
+    def _park(self, ticket: str, prep: Any) -> None:
+        """Keep a queued call's place until its guard comes back to wait for it."""
+        with self._queued_lock:
+            # A guard that never came back for its place (killed between the two calls)
+            # leaves its entry: those older than any wait could last are dropped.
+            stale = time.monotonic() - 86400
+            for old in [t for t, (_, at) in self._queued.items() if at < stale]:
+                del self._queued[old]
+            self._queued[ticket] = (prep, time.monotonic())
+
+    def _unpark(self, ticket: str) -> Any:
+        with self._queued_lock:
+            entry = self._queued.pop(ticket, None)
+        return None if entry is None else entry[0]
 
     def guard_release(self, req: GuardRelease) -> bytes:
         from janitor.jobs.held import Written
@@ -652,6 +728,38 @@ def create_app(daemon: DaemonView, offload: Offload | None = None) -> FastAPI:
         """Wait, in turn, for a call that ``POST /v1/guard`` queued (its 202 answer's ticket):
         answered when admitted (200, as ``/v1/guard``), or 507 when its wait runs out."""
         status, body = await waits.run(calls.guard_wait, req)
+        return _json(body, status)
+
+    @app.post(
+        "/v1/guard/call",
+        response_model=dict[str, Any],
+        responses={
+            202: {"description": "Queued (action wait): then POST /v1/guard/call/wait"},
+            507: {"description": "Refused: an output does not fit (action refuse)"},
+            409: {"model": ErrorOut, "description": "The daemon runs another policy"},
+            **errors,
+        },
+    )
+    async def guard_call(req: GuardCall) -> Any:
+        """One ffmpeg call of the compiled guard, decided whole: estimated as the guard
+        estimates it, then held as ``POST /v1/guard`` holds it. The answer's ``action`` says
+        what the guard does: ``exec`` (run ffmpeg as it is: not estimable, or on no managed
+        volume), ``run`` (under ``session``'s reservations; ``release`` is the body of ``POST
+        /v1/guard/release`` at its end, ``written`` added), ``wait`` (202: its turn, with
+        ``POST /v1/guard/call/wait``) or ``refuse`` (507); ``say`` is the stderr line to
+        print and ``log`` the ``guard.log`` line to write (``debug``: at DEBUG)."""
+        status, body = await off.run(calls.guard_call, req)
+        return _json(body, status)
+
+    @app.post(
+        "/v1/guard/call/wait",
+        response_model=dict[str, Any],
+        responses={507: {"description": "Refused: the wait ran out"}, **errors},
+    )
+    async def guard_call_wait(req: GuardWait) -> Any:
+        """Wait, in turn, for a call that ``POST /v1/guard/call`` queued: ``run`` when
+        admitted, ``refuse`` (507) when its wait runs out."""
+        status, body = await waits.run(calls.guard_call_wait, req)
         return _json(body, status)
 
     @app.post("/v1/estimate", response_model=dict[str, Any], responses=errors)

@@ -29,10 +29,18 @@ import os
 import sys
 import time
 
-from janitor.errors import NeverFits, ReservationRefused
+from janitor.errors import ReservationRefused
 
 # Loaded with janitor.errors already (it prints sizes with it): costs nothing more.
-from janitor.humanize import format_duration, format_size
+from janitor.humanize import format_size
+from janitor.jobs.call import (
+    call_options,
+    plan,
+    refusal_line,
+    reserved_line,
+    stopped_before_line,
+    unguarded_line,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -47,11 +55,14 @@ __all__ = [
     "DEFAULT_WAIT_S",
     "EXIT_NO_FFMPEG",
     "EXIT_REFUSED",
+    "FALLBACK_ENV",
     "GUARD_MARK",
     "INFO_OPTIONS",
     "asks_only_for_information",
     "find_real_ffmpeg",
+    "is_guard",
     "main",
+    "refusal_line",
 ]
 
 #: Refused or stopped for lack of space (EX_TEMPFAIL), as every janitor command.
@@ -60,6 +71,12 @@ EXIT_REFUSED = 75
 EXIT_NO_FFMPEG = 127
 #: Every guard script carries this line; the search for the real ffmpeg skips such files.
 GUARD_MARK = b"# space-janitor guard"
+#: Set by the compiled front end when it hands a call to this guard: why (the daemon did not
+#: answer, or answered what it did not understand).
+FALLBACK_ENV = "JANITOR_GUARD_FALLBACK"
+#: How long the daemon may take to answer a call (it may probe a new recording or evict caches
+#: first); then the ledger decides. ``JANITOR_GUARD_TIMEOUT_S`` changes it.
+ANSWER_TIMEOUT_S = 60.0
 #: How often the running ffmpeg's output and volume are looked at.
 POLL_S = 0.2
 #: How long a job's first write waits for room by default (batchalign3's memory gate waits
@@ -97,13 +114,26 @@ def asks_only_for_information(args: Sequence[str]) -> bool:
 # -- finding the real ffmpeg -----------------------------------------------------------------------
 
 
-def _is_guard(path: str) -> bool:
+def _marked(path: str) -> bool:
     try:
         with open(path, "rb") as f:
             head = f.read(512)
     except OSError:
         return False
     return GUARD_MARK in head
+
+
+def is_guard(path: str) -> bool:
+    """A guard of ours: the mark in its first 512 bytes (the Python front end's script), or an
+    ``ffmpeg.guard`` with the mark beside the file it resolves to (the compiled front end,
+    whose settings and Python fallback that file is)."""
+    if _marked(path):
+        return True
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        return False
+    return _marked(real + ".guard")
 
 
 def find_real_ffmpeg(env: dict[str, str] | None = None, me: str | None = None) -> str:
@@ -116,14 +146,14 @@ def find_real_ffmpeg(env: dict[str, str] | None = None, me: str | None = None) -
     if chosen:
         if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
             raise GuardError(f"JANITOR_FFMPEG={chosen} is not an executable file")
-        if os.path.realpath(chosen) == mine or _is_guard(chosen):
+        if os.path.realpath(chosen) == mine or is_guard(chosen):
             raise GuardError(f"JANITOR_FFMPEG={chosen} is the guard itself; point it at ffmpeg")
         return chosen
     for folder in env.get("PATH", os.defpath).split(os.pathsep):
         candidate = os.path.join(folder or ".", "ffmpeg")
         if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
             continue
-        if os.path.realpath(candidate) == mine or _is_guard(candidate):
+        if os.path.realpath(candidate) == mine or is_guard(candidate):
             continue
         return candidate
     raise GuardError(
@@ -298,30 +328,6 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def refusal_line(refused: ReservationRefused) -> str:
-    """The line a refused call prints: the output, the bytes, the volume and its numbers, and
-    what to do."""
-    free, floor, reserved = refused.free, refused.floor, refused.reserved
-    output, volume = refused.output or "", refused.volume
-    head = f"refused to write {output} ({format_size(refused.requested)}) on volume {volume}: "
-    if isinstance(refused, NeverFits):
-        return (
-            head + f"it can never fit there: capacity {format_size(refused.capacity)}, "
-            f"floor {format_size(floor)}, {format_size(refused.held)} held by files outside "
-            f"every reservation and cache leave at most {format_size(refused.most)} even "
-            f"once every job ends. Free space on {volume} or use a bigger disk; ffmpeg did not run"
-        )
-    queued, evicted, waited = refused.queued, refused.evicted, refused.waited_s
-    ahead = f", {format_size(queued)} wanted by jobs waiting ahead" if queued else ""
-    after = f" (after evicting {format_size(evicted)} of cache)" if evicted else ""
-    after += f" (after waiting {format_duration(waited)} for room)" if waited else ""
-    return (
-        head + f"{format_size(free)} free, floor {format_size(floor)}, {format_size(reserved)} "
-        f"reserved by others{ahead}, short by {format_size(refused.shortfall)}{after}. Free "
-        f"space on {volume} (`janitor status` shows who holds it) and retry; ffmpeg did not run"
-    )
-
-
 def _remove_output(path: str, before: tuple[int, int] | None) -> bool:
     """Remove what ffmpeg began at ``path`` (not a file that was there untouched before)."""
     try:
@@ -405,7 +411,10 @@ def _finish(returncode: int) -> int:
 
     sig = -returncode
     try:
-        signal.signal(sig, signal.SIG_DFL)
+        signal.signal(sig, signal.SIG_DFL)  # SIGKILL has no handler to reset: OSError
+    except (OSError, ValueError):
+        pass
+    try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
         os.kill(os.getpid(), sig)
     except (OSError, ValueError):
@@ -431,6 +440,9 @@ def main(
     ``JANITOR_GUARD_WAIT_S`` override them.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    # The compiled front end hands a call over when the daemon did not take it: asked again
+    # here it would only wait as long again, so the ledger decides. ffmpeg never sees the word.
+    handed_over = os.environ.pop(FALLBACK_ENV, None)
     try:
         real = find_real_ffmpeg(me=me)
     except GuardError as exc:
@@ -439,27 +451,29 @@ def main(
     if asks_only_for_information(args):
         # Not logged: hundreds a recording would push the lines that matter out of guard.log.
         return _exec(real, args)
+    opts = call_options(os.environ, cache_dir=cache_dir, policy=policy, wait_s=wait_s)
     try:
-        request = _plan(args, cache_dir, real)
+        request = plan(
+            args, cwd=os.getcwd(), real=real, owner_pid=os.getpid(), writer_pid=os.getppid(),
+            job=opts["job"], run=opts["run"], cache_dir=opts["cache_dir"],
+        )  # fmt: skip
     except Exception as exc:  # never break ffmpeg: an estimate we cannot make runs unguarded
-        _log(log_dir, f"unguarded (estimate failed: {exc!r}): ffmpeg {' '.join(args)}", debug=True)
+        _log(log_dir, unguarded_line(f"estimate failed: {exc!r}", args), debug=True)
         return _exec(real, args)
     if isinstance(request, str):
-        _log(log_dir, f"unguarded ({request}): ffmpeg {' '.join(args)}", debug=True)
+        _log(log_dir, unguarded_line(request, args), debug=True)
         return _exec(real, args)
-    if os.environ.get("JANITOR_POLICY"):
-        policy = os.environ["JANITOR_POLICY"]
-    if policy:
-        request["policy"] = policy
-    request["wait_s"] = _wait_s(wait_s)
+    if opts["policy"]:
+        request["policy"] = opts["policy"]
+    request["wait_s"] = opts["wait_s"]
     try:
-        hold = _hold(request, socket_path, log_dir)
+        hold = _hold(request, socket_path, log_dir, handed_over=handed_over)
     except ReservationRefused as exc:
         _say(refusal_line(exc))
         _log(log_dir, f"refused: {refusal_line(exc)}")
         return EXIT_REFUSED
     except Stopped as exc:
-        line = f"stopped before ffmpeg ran: {exc}. Free space there and retry"
+        line = stopped_before_line(str(exc))
         _say(line)
         _log(log_dir, line)
         return EXIT_REFUSED
@@ -468,76 +482,47 @@ def main(
         return _exec(real, args)
     if not hold.session.writes:
         hold.release()
-        _log(log_dir, "unguarded (no managed volume): ffmpeg " + " ".join(args), debug=True)
+        _log(log_dir, unguarded_line("no managed volume", args), debug=True)
         return _exec(real, args)
-    _log(
-        log_dir,
-        f"reserved through the {hold.via}"
-        + (f" after waiting {hold.session.waited_s:.1f} s" if hold.session.waited_s else "")
-        + ": "
-        + ", ".join(
-            f"{format_size(h.allowed)} for {h.output} ({h.reservation}"
-            + (", the job's working set)" if h.pooled else ")")
-            for h in hold.session.writes
-        ),
-    )
+    _log(log_dir, reserved_line(hold.via, hold.session))
     return _run(real, args, hold, log_dir)
 
 
-def _wait_s(default: float) -> float:
-    """How long a job's first write may wait for room: ``JANITOR_GUARD_WAIT_S``, else what
-    ``shim install`` resolved (``guard_wait_s``); 0 refuses at once."""
-    text = os.environ.get("JANITOR_GUARD_WAIT_S")
+def answer_timeout() -> float:
+    """How long the daemon may take to answer a call: ``JANITOR_GUARD_TIMEOUT_S``, else
+    :data:`ANSWER_TIMEOUT_S` (the compiled front end reads the same variable)."""
+    text = os.environ.get("JANITOR_GUARD_TIMEOUT_S")
     if text:
         try:
             value = float(text)
         except ValueError:
-            return default
-        if value == value and 0 <= value < 86400:  # not NaN, at most a day
+            return ANSWER_TIMEOUT_S
+        if 0 < value <= 86400:
             return value
-    return default
+    return ANSWER_TIMEOUT_S
 
 
-def _plan(args: list[str], cache_dir: str | None, real: str) -> dict[str, Any] | str:
-    """The request for this call's writes, or why it cannot be estimated."""
-    from janitor.jobs import ffmpeg
-
-    probe = ffmpeg.Probe(ffmpeg.probe_cache_dir(cache_dir), ffmpeg=real)
-    cwd = os.getcwd()
-    est = ffmpeg.estimate_command(args, cwd=cwd, probe=probe)
-    if isinstance(est, ffmpeg.NotEstimable):
-        return est.reason
-    inv = ffmpeg.parse(args)
-    sources = [ffmpeg.local_path(i.url) for i in inv.inputs]
-    outputs = []
-    for o in est:
-        out: dict[str, Any] = {"path": o.path, "bytes": int(o.bytes)}
-        source = sources[o.input_index] if o.input_index < len(sources) else None
-        if source is not None:
-            out["source"] = os.path.normpath(os.path.join(cwd, source))
-            if o.whole_bytes:
-                out["whole_bytes"] = int(o.whole_bytes)
-        outputs.append(out)
-    inputs = [os.path.normpath(os.path.join(cwd, i)) for i in ffmpeg.input_files(inv)]
-    return {
-        "outputs": outputs,
-        "inputs": inputs,
-        "owner_pid": os.getpid(),
-        "writer_pid": os.getppid(),
-        "job": os.environ.get("JANITOR_JOB") or "ffmpeg",
-        "run": os.environ.get("JANITOR_RUN") or None,
-    }
-
-
-def _hold(request: dict[str, Any], socket_path: str | None, log_dir: str | None) -> _Hold:
-    """Through the daemon when it answers (and runs the same policy), else the library."""
+def _hold(
+    request: dict[str, Any],
+    socket_path: str | None,
+    log_dir: str | None,
+    *,
+    handed_over: str | None = None,
+) -> _Hold:
+    """Through the daemon when it answers (and runs the same policy), else the library; the
+    library at once for a call the compiled front end ``handed_over`` (saying why)."""
+    if handed_over is not None:
+        quiet = handed_over.startswith("no daemon answers")  # as the Python guard says nothing
+        _log(log_dir, f"the compiled front end handed this call over: {handed_over}; "
+             "reserving through the ledger", debug=quiet)  # fmt: skip
+        return _LibraryHold(request, log_dir)
     runtime = os.environ.get("JANITOR_RUNTIME_DIR")
     path = os.path.join(runtime, "janitor.sock") if runtime else socket_path
     if path:
         from janitor.jobs.daemon_client import DaemonClient
 
         try:
-            daemon = DaemonClient(path)
+            daemon = DaemonClient(path, timeout=answer_timeout())
         except OSError:
             daemon = None
         if daemon is not None:

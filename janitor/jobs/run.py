@@ -385,27 +385,20 @@ class RunResult:
 
 def guard_dir(jan: Janitor) -> Path:
     """The folder of the guard ``janitor run`` puts first on its command's PATH, in our data
-    folder and named by the script's hash (``~/.local/share/space-janitor/run/3f2a9c1b7d0e4a65``):
-    written once, shared by every run with the same settings, and never removed, so a process
-    the command left running (a daemonized server) keeps a guard that works."""
-    import hashlib
+    folder and named by its files' hash (``~/.local/share/space-janitor/run/3f2a9c1b7d0e4a65``):
+    the compiled front end where it builds (built once), else the Python one
+    (janitor.jobs.front_end); written once, shared by every run with the same settings, and
+    never removed, so a process the command left running (a daemonized server) keeps a guard
+    that works."""
+    from janitor.jobs.front_end import choose, layout, matches, write_layout
+    from janitor.jobs.shim import default_bin_dir
 
-    from janitor.jobs.shim import default_bin_dir, script
-
-    text = script(jan.settings)
-    folder = default_bin_dir().parent / "run" / hashlib.sha256(text.encode()).hexdigest()[:16]
-    target = folder / "ffmpeg"
+    lay = layout(jan.settings, choose(jan.settings))
+    folder = default_bin_dir().parent / "run" / lay.digest()
+    if matches(folder, lay):
+        return folder
     try:
-        if target.read_text() == text:
-            return folder
-    except OSError:
-        pass
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".ffmpeg.{os.getpid()}.tmp"
-        tmp.write_text(text)
-        tmp.chmod(0o755)
-        os.replace(tmp, target)
+        write_layout(folder, lay)
     except OSError as exc:
         raise ConfigError(
             f"cannot write the run's guard into {folder}: {exc.strerror}; check the permissions "

@@ -1,10 +1,12 @@
 """Installing the guarded ffmpeg for a standing server: a ``ffmpeg`` of ours first on its PATH.
 
-``janitor shim install`` writes a small Python script named ``ffmpeg`` into a bin folder of ours
+``janitor shim install`` puts the guard into a bin folder of ours
 (``~/.local/share/space-janitor/bin`` on Linux, ``~/Library/Application Support/space-janitor/bin``
-on macOS). It runs this interpreter with ``-I -S`` (no site import: a tenth of the guard's
-start-up) and hands its arguments to :func:`janitor.jobs.guard.main`, with the socket, cache and log
-folders resolved once here. Nothing of the user's is overwritten: a file of that name that is
+on macOS), with the socket, cache and log folders resolved once here: the compiled front end
+where the machine has a C compiler (``BIN/ffmpeg``, with the Python guard beside it as
+``BIN/ffmpeg.guard``), else the Python guard's script as ``BIN/ffmpeg``, run by this interpreter
+with ``-I -S`` (no site import: a tenth of the guard's start-up); see
+:mod:`janitor.jobs.front_end`. Nothing of the user's is overwritten: a file of that name that is
 not one of our guards is refused, and uninstall removes only a guard.
 """
 
@@ -12,17 +14,25 @@ from __future__ import annotations
 
 import os
 import shlex
-import site
-import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from janitor.config.paths import default_cache_dir
 from janitor.config.settings import APP_NAME, Settings
 from janitor.errors import ConfigError
-from janitor.jobs.guard import GUARD_MARK, GuardError, find_real_ffmpeg
+from janitor.jobs.front_end import (
+    SIDECAR,
+    FrontEnd,
+    choose,
+    installed,
+    layout,
+    matches,
+    script,
+    write_layout,
+)
+from janitor.jobs.guard import GuardError, find_real_ffmpeg
+from janitor.jobs.guard import is_guard as _is_guard
 
 __all__ = [
     "ShimState",
@@ -44,46 +54,9 @@ def default_bin_dir() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False)) / "bin"
 
 
-def _import_paths() -> list[str]:
-    """Where the guard's interpreter finds janitor and what it imports, without ``site``."""
-    import janitor
-
-    paths = [str(Path(janitor.__file__).resolve().parent.parent)]
-    for folder in [*site.getsitepackages(), site.getusersitepackages()]:
-        if folder not in paths and os.path.isdir(folder):
-            paths.append(folder)
-    return paths
-
-
-def script(settings: Settings, *, python: str | None = None) -> str:
-    """The guard script's text, for this interpreter and these settings."""
-    interpreter = python or sys.executable
-    kwargs: dict[str, object] = {
-        "socket_path": str(settings.socket_path),
-        "cache_dir": str(default_cache_dir()),
-        "log_dir": str(settings.log_dir),
-        "policy": str(settings.policy_path),
-        "wait_s": settings.guard_wait_s,
-    }
-    args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-    return (
-        f"#!{interpreter} -IS\n"
-        f"{GUARD_MARK.decode()}: ffmpeg, with every big write reserved first.\n"
-        "# Written by `janitor shim install`; `janitor shim uninstall` removes it.\n"
-        "import sys\n"
-        f"sys.path[:0] = {_import_paths()!r}\n"
-        "from janitor.jobs.guard import main\n"
-        f"sys.exit(main({args}))\n"
-    )
-
-
 def is_guard(path: str | os.PathLike[str]) -> bool:
-    """True when the file at ``path`` is a guard of ours (its mark in its first 512 bytes)."""
-    try:
-        with open(path, "rb") as f:
-            return GUARD_MARK in f.read(512)
-    except OSError:
-        return False
+    """True when the file at ``path`` is a guard of ours (either front end)."""
+    return _is_guard(os.fspath(path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +69,9 @@ class ShimState:
     first_on_path: bool
     real_ffmpeg: str | None
     problem: str | None
+    #: The front end installed (None: no guard), and the one an install would put there now.
+    front_end: FrontEnd | None = None
+    would_install: FrontEnd | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of ``janitor shim status --json``."""
@@ -106,6 +82,8 @@ class ShimState:
             "first_on_path": self.first_on_path,
             "real_ffmpeg": self.real_ffmpeg,
             "problem": self.problem,
+            "front_end": None if self.front_end is None else self.front_end.as_dict(),
+            "would_install": None if self.would_install is None else self.would_install.as_dict(),
         }
 
 
@@ -118,14 +96,30 @@ def first_ffmpeg(path_var: str) -> str | None:
     return None
 
 
+def _expected(settings: Settings) -> tuple[FrontEnd | None, bool | None]:
+    """The front end an install would put in now (nothing built for the asking), and whether
+    its files can be known without building (None when it cannot be chosen at all)."""
+    try:
+        front = choose(settings, build=False)
+    except ConfigError as exc:
+        return FrontEnd("none", str(exc)), None
+    return front, front.kind == "python" or (front.build is not None and front.build.is_file())
+
+
 def state(
     settings: Settings, bin_dir: Path | None = None, *, path_var: str | None = None
 ) -> ShimState:
     """What ``janitor shim status`` reports, for ``path_var`` (default: this process's PATH)."""
     folder = bin_dir or default_bin_dir()
     target = folder / "ffmpeg"
-    installed = is_guard(target)
-    current = installed and target.read_text(errors="replace") == script(settings)
+    front = installed(folder)
+    would, knowable = _expected(settings)
+    current = False
+    if front is not None and would is not None and knowable:
+        try:
+            current = matches(folder, layout(settings, would))
+        except ConfigError:
+            current = False
     path_var = os.environ.get("PATH", os.defpath) if path_var is None else path_var
     first = first_ffmpeg(path_var)
     first_on_path = first is not None and os.path.realpath(first) == os.path.realpath(target)
@@ -135,38 +129,59 @@ def state(
         problem = None
     except GuardError as exc:
         real, problem = None, str(exc)
-    return ShimState(str(folder), installed, current, first_on_path, real, problem)
+    return ShimState(
+        str(folder), front is not None, current, first_on_path, real, problem, front, would
+    )
 
 
-def install(settings: Settings, bin_dir: Path | None = None, *, dry_run: bool = False) -> Path:
-    """Write the guard as ``BIN/ffmpeg`` (atomically, mode 0755); ConfigError if a file of that
-    name is there and is not a guard of ours."""
+def _refuse_foreign(folder: Path) -> None:
+    target = folder / "ffmpeg"
+    if (target.exists() or target.is_symlink()) and not is_guard(target):
+        raise ConfigError(f"{target} exists and is not a space-janitor guard; choose another --dir")
+    side = folder / SIDECAR
+    if side.exists() and installed(folder) is None and not is_guard(side):
+        raise ConfigError(f"{side} exists and is not a space-janitor guard's; choose another --dir")
+
+
+def install(
+    settings: Settings,
+    bin_dir: Path | None = None,
+    *,
+    dry_run: bool = False,
+    front_end: str | None = None,
+) -> tuple[Path, FrontEnd]:
+    """Put the guard in ``BIN`` (each file atomically): the front end ``front_end`` asks for
+    (``compiled``, ``python``; default ``JANITOR_GUARD_FRONT_END``, else compiled where it
+    builds). ConfigError if a file of that name is there and is not a guard of ours, or the
+    front end asked for cannot be had. Returns ``BIN/ffmpeg`` and the front end."""
     folder = bin_dir or default_bin_dir()
     target = folder / "ffmpeg"
-    if target.exists() and not is_guard(target):
-        raise ConfigError(f"{target} exists and is not a space-janitor guard; choose another --dir")
+    _refuse_foreign(folder)
+    front = choose(settings, want=front_end, build=not dry_run)
     if dry_run:
-        return target
+        return target, front
+    lay = layout(settings, front)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".ffmpeg.{os.getpid()}.tmp"
-        tmp.write_text(script(settings))
-        tmp.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
-        os.replace(tmp, target)
+        write_layout(folder, lay)
     except OSError as exc:
         raise ConfigError(f"cannot write {target}: {exc.strerror}; choose another --dir") from None
-    return target
+    return target, front
 
 
 def uninstall(bin_dir: Path | None = None, *, dry_run: bool = False) -> Path | None:
-    """Remove ``BIN/ffmpeg`` if it is a guard of ours; the path removed, or None."""
-    target = (bin_dir or default_bin_dir()) / "ffmpeg"
-    if not target.exists():
+    """Remove ``BIN/ffmpeg`` (and a compiled front end's ``ffmpeg.guard``) if it is a guard of
+    ours; the path removed, or None."""
+    folder = bin_dir or default_bin_dir()
+    target = folder / "ffmpeg"
+    if not (target.exists() or target.is_symlink()):
         return None
     if not is_guard(target):
         raise ConfigError(f"{target} is not a space-janitor guard; left alone")
     if not dry_run:
         target.unlink()
+        side = folder / SIDECAR
+        if is_guard(side):
+            side.unlink()
     return target
 
 

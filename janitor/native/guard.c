@@ -1,0 +1,1609 @@
+/*
+ * guard.c: the compiled front end of space-janitor's guarded ffmpeg.
+ *
+ * `janitor shim install` (and `janitor run`) build this file with the machine's C compiler
+ * and put the program first on PATH as `ffmpeg`, beside `ffmpeg.guard`: the Python guard,
+ * whose lines starting with "#%" are this program's settings. For each call it
+ *
+ *   1. finds the real ffmpeg (JANITOR_FFMPEG, else the first `ffmpeg` on PATH that is not a
+ *      guard) and execs it at once for a request for information (-version, -h ...);
+ *   2. sends the call as it got it (arguments, folder, parent, the JANITOR_* variables that
+ *      shape it) to the daemon's POST /v1/guard/call, in one request on its Unix socket: the
+ *      daemon estimates, admits, pins and records the job exactly as for the Python guard,
+ *      and answers what to do and the lines to print and log;
+ *   3. runs the real ffmpeg and supervises it as the Python guard does: its output against
+ *      the reservation, the reservation put at risk, signals passed on, ffmpeg never
+ *      outliving us (PR_SET_PDEATHSIG on Linux; everywhere a sentinel process), the same
+ *      exit codes and stderr lines.
+ *
+ * It holds no logic the daemon has. With no daemon answering, or an answer it does not
+ * understand, it execs the Python guard (every wait bounded); without its settings it execs
+ * the real ffmpeg. It never breaks an ffmpeg call.
+ *
+ * Written in the manner of small system tools: no allocation it does not check, no call
+ * whose error it ignores without saying why, no unbounded wait, no global state but what the
+ * signal handlers share.
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+#ifdef __APPLE__
+#include <mach-o/dyld.h>
+#endif
+
+extern char **environ;
+
+#define GUARD_MARK "# space-janitor guard"
+#define EXIT_REFUSED 75
+#define EXIT_NO_FFMPEG 127
+#define POLL_MS 200
+#define MARGIN 0.05
+#define SLACK (256.0 * 1024.0)
+#define STOP_GRACE_MS 5000
+#define CONNECT_MS 2000
+#define CALL_MS_DEFAULT 60000
+#define RISK_MS 5000
+#define RELEASE_MS 10000
+#define MAX_ANSWER (1 << 20)
+#define MAX_REQUEST (8 << 20)
+#define MAX_SIDECAR (256 << 10)
+#define LOG_ROTATE (1 << 20)
+#define FALLBACK_ENV "JANITOR_GUARD_FALLBACK"
+
+/* ffmpeg's options that print something and exit (janitor.jobs.guard.INFO_OPTIONS). */
+static const char *const INFO_OPTIONS[] = {
+    "-L", "-h", "-?", "-help", "--help", "-version", "-buildconf", "-formats", "-muxers",
+    "-demuxers", "-devices", "-codecs", "-decoders", "-encoders", "-bsfs", "-protocols",
+    "-filters", "-pix_fmts", "-layouts", "-sample_fmts", "-dispositions", "-colors",
+    "-hwaccels", "-sources", "-sinks", NULL,
+};
+
+/* The variables that shape a call (janitor.jobs.call.CALL_ENV). */
+static const char *const CALL_ENV[] = {
+    "JANITOR_JOB", "JANITOR_RUN", "JANITOR_POLICY", "JANITOR_CACHE_DIR", "JANITOR_GUARD_WAIT_S",
+    NULL,
+};
+
+/* ---- growable buffers ------------------------------------------------------------------ */
+
+struct buf {
+    char *p;
+    size_t len, cap;
+    int failed; /* an allocation failed: the content is incomplete */
+};
+
+static void buf_add(struct buf *b, const char *s, size_t n) {
+    if (b->failed) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) {
+            if (cap > SIZE_MAX / 2) { b->failed = 1; return; }
+            cap *= 2;
+        }
+        char *p = realloc(b->p, cap);
+        if (p == NULL) { b->failed = 1; return; }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void buf_str(struct buf *b, const char *s) { buf_add(b, s, strlen(s)); }
+
+static void buf_fmt(struct buf *b, const char *fmt, ...) {
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) { b->failed = 1; return; }
+    if ((size_t)n < sizeof small) { buf_add(b, small, (size_t)n); return; }
+    char *big = malloc((size_t)n + 1);
+    if (big == NULL) { b->failed = 1; return; }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    buf_add(b, big, (size_t)n);
+    free(big);
+}
+
+static void buf_free(struct buf *b) {
+    free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+    b->failed = 0;
+}
+
+/* ---- time ------------------------------------------------------------------------------ */
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+/* ---- what we say: stderr and guard.log ------------------------------------------------- */
+
+static const char *g_log_dir; /* JANITOR_LOG_DIR, else the settings' log_dir; may be NULL */
+
+static void say(const char *line) {
+    struct buf b = {0};
+    buf_str(&b, "space-janitor: ");
+    buf_str(&b, line);
+    buf_str(&b, "\n");
+    if (b.failed) { buf_free(&b); return; }
+    size_t off = 0;
+    while (off < b.len) {
+        ssize_t n = write(2, b.p + off, b.len - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break; /* nobody reads our stderr: nothing more to do */
+        off += (size_t)n;
+    }
+    buf_free(&b);
+}
+
+/* mkdir -p, mode 0700 for what it creates */
+static int make_dirs(const char *path) {
+    char tmp[PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof tmp) return -1;
+    memcpy(tmp, path, n + 1);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return -1;
+    return 0;
+}
+
+/* One line in guard.log (rotated past 1 MiB, one old copy), as the Python guard writes it. */
+static void log_line(const char *message, int debug) {
+    if (g_log_dir == NULL || *g_log_dir == '\0' || message == NULL) return;
+    if (make_dirs(g_log_dir) != 0) return;
+    struct buf path = {0}, old = {0}, line = {0};
+    buf_fmt(&path, "%s/guard.log", g_log_dir);
+    buf_fmt(&old, "%s/guard.log.1", g_log_dir);
+    struct stat st;
+    if (!path.failed && !old.failed && stat(path.p, &st) == 0 && st.st_size > LOG_ROTATE)
+        (void)rename(path.p, old.p); /* as os.replace; a failure only delays the rotation */
+    time_t t = time(NULL);
+    struct tm tm;
+    char stamp[32] = "";
+    if (localtime_r(&t, &tm) != NULL) strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+    buf_fmt(&line, "%s %s pid %ld: %s\n", stamp, debug ? "DEBUG" : "INFO", (long)getpid(),
+            message);
+    if (!path.failed && !line.failed) {
+        int fd = open(path.p, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            size_t off = 0;
+            while (off < line.len) {
+                ssize_t n = write(fd, line.p + off, line.len - off);
+                if (n < 0 && errno == EINTR) continue;
+                if (n <= 0) break;
+                off += (size_t)n;
+            }
+            (void)close(fd);
+        }
+    }
+    buf_free(&path);
+    buf_free(&old);
+    buf_free(&line);
+}
+
+/* janitor.humanize.format_size: "1.5 GiB"; exact bytes below 1 KiB. */
+static void format_size(char *out, size_t size, double n) {
+    const char *sign = n < 0 ? "-" : "";
+    if (n < 0) n = -n;
+    if (n < 1024) {
+        snprintf(out, size, "%s%lld B", sign, (long long)n);
+        return;
+    }
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+    for (int i = 0; i < 4; i++) {
+        n /= 1024;
+        if (n < 1024 || i == 3) {
+            char text[64];
+            snprintf(text, sizeof text, "%.1f", n);
+            size_t len = strlen(text);
+            while (len > 0 && text[len - 1] == '0') text[--len] = '\0';
+            if (len > 0 && text[len - 1] == '.') text[--len] = '\0';
+            snprintf(out, size, "%s%s %s", sign, text, units[i]);
+            return;
+        }
+    }
+}
+
+/* ---- files ----------------------------------------------------------------------------- */
+
+/* Up to `max` bytes of a file; NULL when it cannot be read. */
+static char *read_file(const char *path, size_t max, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    char *data = malloc(max + 1);
+    if (data == NULL) { (void)close(fd); return NULL; }
+    size_t got = 0;
+    while (got < max) {
+        ssize_t n = read(fd, data + got, max - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) { free(data); (void)close(fd); return NULL; }
+        if (n == 0) break;
+        got += (size_t)n;
+    }
+    (void)close(fd);
+    data[got] = '\0';
+    if (len) *len = got;
+    return data;
+}
+
+/* Where `needle` first is in the n bytes at `hay` (which may hold NULs), or NULL. */
+static const char *find(const char *hay, size_t n, const char *needle) {
+    size_t m = strlen(needle);
+    for (size_t i = 0; m <= n && i <= n - m; i++)
+        if (memcmp(hay + i, needle, m) == 0) return hay + i;
+    return NULL;
+}
+
+static int contains(const char *hay, size_t n, const char *needle) {
+    return find(hay, n, needle) != NULL;
+}
+
+static int has_mark(const char *path) {
+    size_t n = 0;
+    char *head = read_file(path, 512, &n);
+    if (head == NULL) return 0;
+    int yes = contains(head, n, GUARD_MARK);
+    free(head);
+    return yes;
+}
+
+/* A guard of ours: its mark in its first 512 bytes (a script), or beside its real path an
+ * `ffmpeg.guard` with the mark (this program). janitor.jobs.guard._is_guard says the same. */
+static int is_guard(const char *path) {
+    if (has_mark(path)) return 1;
+    char real[PATH_MAX];
+    if (realpath(path, real) == NULL) return 0;
+    struct buf side = {0};
+    buf_fmt(&side, "%s.guard", real);
+    int yes = !side.failed && has_mark(side.p);
+    buf_free(&side);
+    return yes;
+}
+
+static int executable_file(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* This program's own path, resolved; NULL when the system will not say. The kernel's word
+ * where it gives one (a link or a copy of us is named as it was run), else argv[0] with a /. */
+static char *self_path(const char *argv0) {
+    char raw[PATH_MAX], real[PATH_MAX];
+    int got = 0;
+#if defined(__linux__)
+    ssize_t n = readlink("/proc/self/exe", raw, sizeof raw - 1);
+    if (n > 0) {
+        raw[n] = '\0';
+        got = 1;
+    }
+#elif defined(__APPLE__)
+    uint32_t size = sizeof raw;
+    got = _NSGetExecutablePath(raw, &size) == 0;
+#endif
+    if (!got && argv0 != NULL && strchr(argv0, '/') != NULL && strlen(argv0) < sizeof raw) {
+        strcpy(raw, argv0);
+        got = 1;
+    }
+    if (!got || realpath(raw, real) == NULL) return NULL; /* replaced since it started */
+    return strdup(real);
+}
+
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (a == NULL || b == NULL) return 0;
+    if (stat(a, &sa) != 0 || stat(b, &sb) != 0) return 0;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* janitor.jobs.guard.find_real_ffmpeg, with the same one-line errors. */
+static char *find_real(const char *self, const char **error, struct buf *why) {
+    const char *chosen = getenv("JANITOR_FFMPEG");
+    if (chosen != NULL && *chosen != '\0') {
+        if (!executable_file(chosen)) {
+            buf_fmt(why, "JANITOR_FFMPEG=%s is not an executable file", chosen);
+            *error = why->p;
+            return NULL;
+        }
+        if (same_file(chosen, self) || is_guard(chosen)) {
+            buf_fmt(why, "JANITOR_FFMPEG=%s is the guard itself; point it at ffmpeg", chosen);
+            *error = why->p;
+            return NULL;
+        }
+        return strdup(chosen);
+    }
+    const char *path = getenv("PATH");
+    if (path == NULL) path = "/bin:/usr/bin";
+    const char *p = path;
+    for (;;) {
+        const char *colon = strchr(p, ':');
+        size_t n = colon ? (size_t)(colon - p) : strlen(p);
+        struct buf cand = {0};
+        if (n == 0) buf_str(&cand, "./ffmpeg");
+        else { buf_add(&cand, p, n); buf_str(&cand, "/ffmpeg"); }
+        if (!cand.failed && executable_file(cand.p) && !same_file(cand.p, self) &&
+            !is_guard(cand.p))
+            return cand.p; /* handed to the caller */
+        buf_free(&cand);
+        if (colon == NULL) break;
+        p = colon + 1;
+    }
+    *error = "no ffmpeg found on PATH after the guard; install ffmpeg or set JANITOR_FFMPEG";
+    return NULL;
+}
+
+/* ---- settings: the "#% key value" lines of ffmpeg.guard -------------------------------- */
+
+struct settings {
+    char *python, *socket, *log_dir, *policy, *cache_dir, *wait_s;
+    char *sidecar;
+};
+
+static void read_settings(const char *self, struct settings *s) {
+    memset(s, 0, sizeof *s);
+    if (self == NULL) return;
+    struct buf side = {0};
+    buf_fmt(&side, "%s.guard", self);
+    if (side.failed) return;
+    size_t len = 0;
+    char *text = read_file(side.p, MAX_SIDECAR, &len);
+    if (text == NULL) { buf_free(&side); return; }
+    s->sidecar = side.p; /* kept */
+    for (char *line = text; line < text + len;) {
+        char *end = memchr(line, '\n', (size_t)(text + len - line));
+        if (end == NULL) end = text + len;
+        *end = '\0';
+        if (end > line && end[-1] == '\r') end[-1] = '\0';
+        if (strncmp(line, "#% ", 3) == 0) {
+            char *key = line + 3, *value = strchr(key, ' ');
+            if (value != NULL) {
+                *value++ = '\0';
+                char **slot = strcmp(key, "python") == 0      ? &s->python
+                              : strcmp(key, "socket") == 0    ? &s->socket
+                              : strcmp(key, "log_dir") == 0   ? &s->log_dir
+                              : strcmp(key, "policy") == 0    ? &s->policy
+                              : strcmp(key, "cache_dir") == 0 ? &s->cache_dir
+                              : strcmp(key, "wait_s") == 0    ? &s->wait_s
+                                                              : NULL;
+                if (slot != NULL && *slot == NULL && *value != '\0') *slot = strdup(value);
+            }
+        }
+        line = end + 1;
+    }
+    free(text);
+}
+
+/* ---- JSON: what the daemon answers, read strictly -------------------------------------- */
+
+struct js {
+    const char *p, *end;
+};
+
+static const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
+    return p;
+}
+
+/* The end of the JSON value at p (validated), or NULL. */
+static const char *skip_value(const char *p, const char *end, int depth) {
+    if (depth > 64) return NULL;
+    p = skip_ws(p, end);
+    if (p >= end) return NULL;
+    if (*p == '{' || *p == '[') {
+        char close = *p == '{' ? '}' : ']';
+        int object = *p == '{';
+        p = skip_ws(p + 1, end);
+        if (p < end && *p == close) return p + 1;
+        for (;;) {
+            if (object) {
+                p = skip_ws(p, end);
+                if (p >= end || *p != '"') return NULL;
+                p = skip_value(p, end, depth + 1);
+                if (p == NULL) return NULL;
+                p = skip_ws(p, end);
+                if (p >= end || *p != ':') return NULL;
+                p++;
+            }
+            p = skip_value(p, end, depth + 1);
+            if (p == NULL) return NULL;
+            p = skip_ws(p, end);
+            if (p >= end) return NULL;
+            if (*p == close) return p + 1;
+            if (*p != ',') return NULL;
+            p++;
+        }
+    }
+    if (*p == '"') {
+        for (p++; p < end; p++) {
+            unsigned char c = (unsigned char)*p;
+            if (c == '"') return p + 1;
+            if (c < 0x20) return NULL;
+            if (c == '\\') {
+                if (++p >= end) return NULL;
+                if (*p == 'u') {
+                    for (int i = 1; i <= 4; i++)
+                        if (p + i >= end || !strchr("0123456789abcdefABCDEF", p[i]) || !p[i])
+                            return NULL;
+                    p += 4;
+                } else if (!strchr("\"\\/bfnrt", *p) || !*p) {
+                    return NULL;
+                }
+            }
+        }
+        return NULL;
+    }
+    static const char *const words[] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(words[i]);
+        if ((size_t)(end - p) >= n && memcmp(p, words[i], n) == 0) return p + n;
+    }
+    const char *start = p;
+    if (p < end && *p == '-') p++;
+    while (p < end && strchr("0123456789.eE+-", *p) && *p) p++;
+    return p > start ? p : NULL;
+}
+
+static int hex4(const char *p) {
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v = v * 16 + (c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                                                          : c - 'A' + 10);
+    }
+    return v;
+}
+
+static void put_utf8(struct buf *b, unsigned cp) {
+    char o[4];
+    size_t n;
+    if (cp < 0x80) { o[0] = (char)cp; n = 1; }
+    else if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
+    else if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F)); n = 3;
+    } else {
+        o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F)); n = 4;
+    }
+    buf_add(b, o, n);
+}
+
+/* The string at p (a validated value), decoded; NULL if it is not a string (or is null). */
+static char *json_string(const char *p, const char *end) {
+    p = skip_ws(p, end);
+    if (p >= end || *p != '"') return NULL;
+    struct buf b = {0};
+    buf_add(&b, "", 0);
+    for (p++; p < end && *p != '"'; p++) {
+        if (*p != '\\') { buf_add(&b, p, 1); continue; }
+        p++;
+        switch (*p) {
+        case 'b': buf_add(&b, "\b", 1); break;
+        case 'f': buf_add(&b, "\f", 1); break;
+        case 'n': buf_add(&b, "\n", 1); break;
+        case 'r': buf_add(&b, "\r", 1); break;
+        case 't': buf_add(&b, "\t", 1); break;
+        case 'u': {
+            unsigned cp = (unsigned)hex4(p + 1);
+            p += 4;
+            if (cp >= 0xD800 && cp < 0xDC00 && end - p > 6 && p[1] == '\\' && p[2] == 'u') {
+                unsigned low = (unsigned)hex4(p + 3);
+                if (low >= 0xDC00 && low < 0xE000) {
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+                    p += 6;
+                }
+            }
+            if (cp == 0 || (cp >= 0xD800 && cp < 0xE000)) { buf_free(&b); return NULL; }
+            put_utf8(&b, cp);
+            break;
+        }
+        default: buf_add(&b, p, 1); break; /* " \ / */
+        }
+    }
+    if (b.failed) { buf_free(&b); return NULL; }
+    return b.p;
+}
+
+/* The value of `key` in the object at p, or NULL. */
+static const char *json_get(const char *p, const char *end, const char *key) {
+    p = skip_ws(p, end);
+    if (p >= end || *p != '{') return NULL;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == '}') return NULL;
+    for (;;) {
+        const char *kend = skip_value(p, end, 1);
+        if (kend == NULL) return NULL;
+        char *name = json_string(p, kend);
+        p = skip_ws(kend, end);
+        if (p >= end || *p != ':') { free(name); return NULL; }
+        const char *value = skip_ws(p + 1, end);
+        int hit = name != NULL && strcmp(name, key) == 0;
+        free(name);
+        if (hit) return value;
+        p = skip_value(value, end, 1);
+        if (p == NULL) return NULL;
+        p = skip_ws(p, end);
+        if (p >= end || *p != ',') return NULL;
+        p = skip_ws(p + 1, end);
+    }
+}
+
+static char *json_get_string(const char *p, const char *end, const char *key) {
+    const char *v = json_get(p, end, key);
+    return v ? json_string(v, end) : NULL;
+}
+
+static int json_get_bool(const char *p, const char *end, const char *key) {
+    const char *v = json_get(p, end, key);
+    return v != NULL && (size_t)(end - v) >= 4 && memcmp(v, "true", 4) == 0;
+}
+
+/* A number of `key`; 0 when it is there and a number, else -1. */
+static int json_get_number(const char *p, const char *end, const char *key, double *out) {
+    const char *v = json_get(p, end, key);
+    if (v == NULL) return -1;
+    const char *e = skip_value(v, end, 1);
+    if (e == NULL || e - v >= 40 || !(*v == '-' || (*v >= '0' && *v <= '9'))) return -1;
+    char tmp[48];
+    memcpy(tmp, v, (size_t)(e - v));
+    tmp[e - v] = '\0';
+    char *stop;
+    errno = 0;
+    *out = strtod(tmp, &stop);
+    return *stop == '\0' && errno == 0 ? 0 : -1;
+}
+
+/* ---- JSON: what we send ---------------------------------------------------------------- */
+
+/* Strict UTF-8 (what the daemon's JSON reader takes): no overlong forms, no surrogates. */
+static int valid_utf8(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        unsigned c = *p, need, cp;
+        if (c < 0x80) { p++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) { need = 1; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { need = 2; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { need = 3; cp = c & 0x07; }
+        else return 0;
+        for (unsigned i = 1; i <= need; i++) {
+            if ((p[i] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (p[i] & 0x3F);
+        }
+        if ((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+            (cp >= 0xD800 && cp < 0xE000))
+            return 0;
+        p += need + 1;
+    }
+    return 1;
+}
+
+static void json_put_string(struct buf *b, const char *s) {
+    buf_add(b, "\"", 1);
+    for (const char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"' || c == '\\') { buf_add(b, "\\", 1); buf_add(b, p, 1); }
+        else if (c < 0x20) buf_fmt(b, "\\u%04x", c);
+        else buf_add(b, p, 1);
+    }
+    buf_add(b, "\"", 1);
+}
+
+/* ---- HTTP on the daemon's socket ------------------------------------------------------- */
+
+static const char *g_socket;
+
+struct answer {
+    int status;
+    struct buf body;
+};
+
+static int set_flags(int fd) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) return -1;
+    if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) return -1;
+#ifdef SO_NOSIGPIPE
+    int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one) != 0) return -1;
+#endif
+    return 0;
+}
+
+#ifdef MSG_NOSIGNAL
+#define SEND_FLAGS MSG_NOSIGNAL
+#else
+#define SEND_FLAGS 0
+#endif
+
+/* Wait until fd is ready for `events` or the deadline passes: 1 ready, 0 timed out. */
+static int wait_fd(int fd, short events, int64_t deadline) {
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0) return 0;
+        struct pollfd pfd = {fd, events, 0};
+        int r = poll(&pfd, 1, left > INT_MAX ? INT_MAX : (int)left);
+        if (r > 0) return 1;
+        if (r < 0 && errno != EINTR) return -1;
+    }
+}
+
+/* A connected socket, or -1 with `why` set. */
+static int connect_daemon(int64_t deadline, struct buf *why) {
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    if (g_socket == NULL || strlen(g_socket) >= sizeof sa.sun_path) {
+        buf_fmt(why, "no daemon socket (%s)", g_socket ? "its path is too long" : "not set");
+        return -1;
+    }
+    strcpy(sa.sun_path, g_socket);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0 || set_flags(fd) != 0) {
+        buf_fmt(why, "cannot open a socket: %s", strerror(errno));
+        if (fd >= 0) (void)close(fd);
+        return -1;
+    }
+    for (;;) {
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) return fd;
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN && now_ms() < deadline) { sleep_ms(5); continue; } /* backlog full */
+        if (errno == EINPROGRESS) {
+            int err = 0;
+            socklen_t len = sizeof err;
+            if (wait_fd(fd, POLLOUT, deadline) == 1 &&
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
+                return fd;
+            errno = err ? err : ETIMEDOUT;
+        }
+        buf_fmt(why, "no daemon answers at %s (%s)", g_socket, strerror(errno));
+        (void)close(fd);
+        return -1;
+    }
+}
+
+static int send_all(int fd, const char *data, size_t len, int64_t deadline) {
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(fd, data + off, len - off, SEND_FLAGS);
+        if (n > 0) { off += (size_t)n; continue; }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (wait_fd(fd, POLLOUT, deadline) != 1) return -1;
+            continue;
+        }
+        return -1;
+    }
+    return 0;
+}
+
+static void request_text(struct buf *req, const char *method, const char *url, const char *body,
+                         int close_after) {
+    size_t blen = body ? strlen(body) : 0;
+    buf_fmt(req,
+            "%s %s HTTP/1.1\r\nhost: janitor\r\ncontent-type: application/json\r\n"
+            "content-length: %zu\r\n%s\r\n",
+            method, url, blen, close_after ? "connection: close\r\n" : "");
+    if (body) buf_add(req, body, blen);
+}
+
+/* Case-insensitive prefix match of a header line. */
+static int header_is(const char *line, const char *name) {
+    size_t n = strlen(name);
+    for (size_t i = 0; i < n; i++) {
+        char c = line[i];
+        if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+        if (c != name[i]) return 0;
+    }
+    return 1;
+}
+
+/* One request, one answer, on a connection of its own. 0 with `ans` filled, or -1 with `why`
+ * set (no daemon, a broken or late answer). */
+static int http(const char *method, const char *url, const char *body, int timeout_ms,
+                struct answer *ans, struct buf *why) {
+    int64_t deadline = now_ms() + timeout_ms;
+    memset(ans, 0, sizeof *ans);
+    int fd = connect_daemon(now_ms() + (timeout_ms < CONNECT_MS ? timeout_ms : CONNECT_MS), why);
+    if (fd < 0) return -1;
+    struct buf req = {0}, in = {0};
+    request_text(&req, method, url, body, 1);
+    int rc = -1;
+    if (req.failed || send_all(fd, req.p, req.len, deadline) != 0) {
+        buf_fmt(why, "cannot send to the daemon at %s (%s)", g_socket, strerror(errno));
+        goto out;
+    }
+    size_t head = 0, want = 0;
+    int have_length = 0;
+    for (;;) {
+        char chunk[65536];
+        ssize_t n = recv(fd, chunk, sizeof chunk, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int ready = wait_fd(fd, POLLIN, deadline);
+            if (ready == 1) continue;
+            buf_fmt(why, "the daemon at %s did not answer within %d s", g_socket,
+                    timeout_ms / 1000);
+            goto out;
+        }
+        if (n < 0) {
+            buf_fmt(why, "reading the daemon's answer: %s", strerror(errno));
+            goto out;
+        }
+        if (n > 0) buf_add(&in, chunk, (size_t)n);
+        if (in.failed || in.len > MAX_ANSWER) {
+            buf_str(why, "the daemon's answer is too large");
+            goto out;
+        }
+        if (head == 0 && in.len > 0) {
+            char *sep = (char *)find(in.p, in.len, "\r\n\r\n");
+            if (sep != NULL) {
+                head = (size_t)(sep - in.p) + 4;
+                *sep = '\0';
+                if (memchr(in.p, '\0', (size_t)(sep - in.p)) != NULL) {
+                    buf_str(why, "the daemon answered something that is not HTTP");
+                    goto out;
+                }
+                int status = 0;
+                if (sscanf(in.p, "HTTP/1.%*1d %3d", &status) != 1 || status < 100 ||
+                    status > 599) {
+                    buf_str(why, "the daemon answered something that is not HTTP");
+                    goto out;
+                }
+                ans->status = status;
+                for (char *line = strstr(in.p, "\r\n"); line != NULL;
+                     line = strstr(line + 2, "\r\n")) {
+                    const char *h = line + 2;
+                    if (header_is(h, "content-length:")) {
+                        char *stop;
+                        unsigned long long v = strtoull(h + 15, &stop, 10);
+                        if (v > MAX_ANSWER) {
+                            buf_str(why, "the daemon's answer is too large");
+                            goto out;
+                        }
+                        want = (size_t)v;
+                        have_length = 1;
+                    } else if (header_is(h, "transfer-encoding:")) {
+                        buf_str(why, "the daemon answered in chunks");
+                        goto out;
+                    }
+                }
+                *sep = '\r';
+            }
+        }
+        if (head != 0 && have_length && in.len >= head + want) break;
+        if (n == 0) {
+            if (head != 0 && !have_length) { want = in.len - head; break; }
+            buf_fmt(why, "the daemon at %s closed the connection mid-answer", g_socket);
+            goto out;
+        }
+    }
+    buf_add(&ans->body, in.p + head, want);
+    if (ans->body.failed) { buf_str(why, "out of memory"); goto out; }
+    rc = 0;
+out:
+    (void)close(fd);
+    buf_free(&req);
+    buf_free(&in);
+    if (rc != 0) buf_free(&ans->body);
+    return rc;
+}
+
+/* ---- handing over ---------------------------------------------------------------------- */
+
+static char **g_args; /* ffmpeg's arguments (argv + 1) */
+static int g_nargs;
+static const char *g_real;
+static struct settings g_set;
+
+static _Noreturn void exec_real(void) {
+    char **argv = calloc((size_t)g_nargs + 2, sizeof *argv);
+    if (argv == NULL) { say("out of memory"); exit(EXIT_NO_FFMPEG); }
+    argv[0] = (char *)g_real;
+    for (int i = 0; i < g_nargs; i++) argv[i + 1] = g_args[i];
+    execv(g_real, argv);
+    struct buf line = {0};
+    buf_fmt(&line, "cannot run %s: %s", g_real, strerror(errno));
+    say(line.failed ? "cannot run the real ffmpeg" : line.p);
+    exit(EXIT_NO_FFMPEG);
+}
+
+/* Exec the Python guard (ffmpeg.guard, run by the settings' python), telling it why; without
+ * one, the real ffmpeg as it is. */
+static _Noreturn void hand_over(const char *why) {
+    if (g_set.python != NULL && g_set.sidecar != NULL) {
+        char **argv = calloc((size_t)g_nargs + 4, sizeof *argv);
+        if (argv != NULL && setenv(FALLBACK_ENV, why ? why : "", 1) == 0) {
+            argv[0] = g_set.python;
+            argv[1] = "-IS";
+            argv[2] = g_set.sidecar;
+            for (int i = 0; i < g_nargs; i++) argv[i + 3] = g_args[i];
+            execv(g_set.python, argv);
+            (void)unsetenv(FALLBACK_ENV);
+        }
+        free(argv);
+        struct buf line = {0};
+        buf_fmt(&line, "unguarded (the Python guard %s cannot run: %s): ffmpeg", g_set.python,
+                strerror(errno));
+        log_line(line.failed ? NULL : line.p, 0);
+        buf_free(&line);
+    }
+    exec_real();
+}
+
+/* ---- supervising ffmpeg ---------------------------------------------------------------- */
+
+static const int FORWARDED[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+#define NFORWARDED ((int)(sizeof FORWARDED / sizeof FORWARDED[0]))
+
+static volatile sig_atomic_t g_child;      /* ffmpeg's pid once started, 0 before and after */
+static volatile sig_atomic_t g_foreground; /* ffmpeg stays in our group (a terminal's job) */
+static volatile sig_atomic_t g_early;      /* signals that came before ffmpeg started (bits) */
+static int g_wake[2] = {-1, -1};           /* the self-pipe: a signal came */
+static struct sigaction g_saved[NSIG];     /* what the signals we handle were before */
+static int g_handled[NSIG];
+
+static int bit_of(int sig) {
+    for (int i = 0; i < NFORWARDED; i++)
+        if (FORWARDED[i] == sig) return 1 << i;
+    return sig == SIGCONT ? 1 << NFORWARDED : 0;
+}
+
+static void send_to_child(int sig) {
+    pid_t pid = (pid_t)g_child;
+    if (pid <= 0) return;
+    (void)kill(g_foreground ? pid : -pid, sig);
+}
+
+static void on_signal(int sig) {
+    int saved = errno;
+    if (sig == SIGTSTP) {
+        send_to_child(SIGSTOP); /* stop ffmpeg, then us: the shell sees a stopped job */
+        (void)kill(getpid(), SIGSTOP);
+    } else if (sig != SIGCHLD) {
+        if (g_child <= 0) {
+            g_early |= bit_of(sig);
+        } else if (!(g_foreground && (sig == SIGINT || sig == SIGQUIT) &&
+                     tcgetpgrp(0) == getpgrp())) {
+            /* A terminal's Ctrl-C reached ffmpeg in our group already: not sent twice. */
+            send_to_child(sig);
+        }
+    }
+    if (g_wake[1] >= 0) {
+        char c = (char)sig;
+        if (write(g_wake[1], &c, 1) < 0) { /* full: the loop wakes anyway */ }
+    }
+    errno = saved;
+}
+
+static int handle(int sig) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigfillset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    if (sigaction(sig, &sa, &g_saved[sig]) != 0) return -1;
+    g_handled[sig] = 1;
+    return 0;
+}
+
+static void restore_signals(void) {
+    for (int sig = 1; sig < NSIG; sig++)
+        if (g_handled[sig]) {
+            (void)sigaction(sig, &g_saved[sig], NULL);
+            g_handled[sig] = 0;
+        }
+}
+
+static int cloexec_pipe(int fds[2]) {
+    if (pipe(fds) != 0) return -1;
+    for (int i = 0; i < 2; i++)
+        if (fcntl(fds[i], F_SETFD, FD_CLOEXEC) != 0) return -1;
+    return 0;
+}
+
+static int portable(void) {
+    const char *v = getenv("JANITOR_PORTABLE");
+    return v != NULL && *v != '\0' && strcmp(v, "0") != 0;
+}
+
+/* fork + exec of the real ffmpeg, armed first: its own group (unless in a terminal's
+ * foreground), pdeathsig on Linux, the signal dispositions and mask we were given. Returns
+ * its pid, or -1 with errno (exec failed). */
+static pid_t start_ffmpeg(const sigset_t *given_mask) {
+    int err[2];
+    if (cloexec_pipe(err) != 0) return -1;
+    pid_t parent = getpid();
+    int deathsig = 0;
+#ifdef __linux__
+    deathsig = !portable();
+#endif
+    char **argv = calloc((size_t)g_nargs + 2, sizeof *argv);
+    if (argv == NULL) return -1;
+    argv[0] = (char *)g_real;
+    for (int i = 0; i < g_nargs; i++) argv[i + 1] = g_args[i];
+    pid_t pid = fork();
+    if (pid < 0) { free(argv); (void)close(err[0]); (void)close(err[1]); return -1; }
+    if (pid == 0) {
+        (void)close(err[0]);
+#ifdef __linux__
+        if (deathsig) {
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) _exit(127);
+            if (getppid() != parent) raise(SIGKILL); /* we died before that took effect */
+        }
+#else
+        (void)parent;
+        (void)deathsig;
+#endif
+        if (!g_foreground) (void)setpgid(0, 0);
+        for (int sig = 1; sig < NSIG; sig++)
+            if (g_handled[sig]) (void)sigaction(sig, &g_saved[sig], NULL);
+        (void)sigprocmask(SIG_SETMASK, given_mask, NULL);
+        execv(g_real, argv);
+        int e = errno;
+        if (write(err[1], &e, sizeof e) < 0) { /* the parent then sees EOF: exit 127 */ }
+        _exit(127);
+    }
+    free(argv);
+    g_child = (sig_atomic_t)pid;
+    if (!g_foreground) (void)setpgid(pid, pid); /* from both sides: a signal sent now reaches it */
+    (void)close(err[1]);
+    int e = 0;
+    ssize_t n;
+    while ((n = read(err[0], &e, sizeof e)) < 0 && errno == EINTR) {}
+    (void)close(err[0]);
+    if (n == (ssize_t)sizeof e) {
+        g_child = 0;
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+        errno = e;
+        return -1;
+    }
+    return pid;
+}
+
+/* The sentinel: a fork of ours in a session of its own, blocked reading a pipe whose write end
+ * only we hold. However we die, the read returns at EOF without the word, and it kills
+ * ffmpeg (its group) with SIGKILL. */
+static pid_t start_sentinel(pid_t target, int *word) {
+    int fds[2];
+    *word = -1;
+    if (cloexec_pipe(fds) != 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) { (void)close(fds[0]); (void)close(fds[1]); return -1; }
+    if (pid == 0) {
+        (void)close(fds[1]);
+        if (g_wake[0] >= 0) (void)close(g_wake[0]);
+        if (g_wake[1] >= 0) (void)close(g_wake[1]);
+        (void)setsid();
+        struct sigaction ign, dfl;
+        memset(&ign, 0, sizeof ign);
+        memset(&dfl, 0, sizeof dfl);
+        ign.sa_handler = SIG_IGN;
+        dfl.sa_handler = SIG_DFL;
+        for (int sig = 1; sig < NSIG; sig++)
+            if (g_handled[sig]) (void)sigaction(sig, &dfl, NULL);
+        const int ignored[] = {SIGINT, SIGQUIT, SIGHUP, SIGTERM, SIGTSTP, SIGPIPE};
+        for (size_t i = 0; i < sizeof ignored / sizeof ignored[0]; i++)
+            (void)sigaction(ignored[i], &ign, NULL);
+        sigset_t none;
+        sigemptyset(&none);
+        (void)sigprocmask(SIG_SETMASK, &none, NULL);
+        int null = open("/dev/null", O_RDWR);
+        if (null >= 0) {
+            for (int fd = 0; fd < 3; fd++) (void)dup2(null, fd);
+            if (null > 2) (void)close(null);
+        }
+#ifdef PR_SET_NAME
+        (void)prctl(PR_SET_NAME, "janitor-sentinel", 0, 0, 0); /* cut to 15 */
+#endif
+        char got[8];
+        size_t have = 0;
+        for (;;) {
+            ssize_t n = read(fds[0], got + have, sizeof got - have);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            have += (size_t)n;
+            if (have >= 4) break;
+        }
+        if (!(have >= 4 && memcmp(got, "done", 4) == 0))
+            (void)kill(g_foreground ? target : -target, SIGKILL);
+        _exit(0);
+    }
+    (void)close(fds[0]);
+    *word = fds[1];
+    return pid;
+}
+
+/* Wait for `pid` to end, up to `ms` (negative: for ever); its status, or -1 if it still runs. */
+static int reap(pid_t pid, int ms, int *status) {
+    int64_t deadline = now_ms() + (ms < 0 ? 0 : ms);
+    for (int delay = 1;; delay = delay < 50 ? delay * 2 : 50) {
+        pid_t r = waitpid(pid, status, ms < 0 ? 0 : WNOHANG);
+        if (r == pid) return 0;
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { *status = 0; return 0; } /* not ours any more */
+        if (now_ms() >= deadline) return -1;
+        sleep_ms(delay);
+    }
+}
+
+/* Wait up to `ms` for the sentinel to end, woken by SIGCHLD on the self-pipe (no polling
+ * delay); one that does not end (stopped by someone) is left to init. */
+static void reap_sentinel(pid_t pid, int ms) {
+    int64_t deadline = now_ms() + ms;
+    for (;;) {
+        pid_t r = waitpid(pid, NULL, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR)) return;
+        int64_t left = deadline - now_ms();
+        if (left <= 0) return;
+        struct pollfd pfd = {g_wake[0], POLLIN, 0};
+        if (poll(&pfd, 1, left > 50 ? 50 : (int)left) > 0) {
+            char drain[64];
+            while (read(g_wake[0], drain, sizeof drain) > 0) {}
+        }
+    }
+}
+
+/* Whether ffmpeg has ended, without reaping it where the system can (Linux's waitid WNOWAIT),
+ * so the sentinel is told before the pid is free for another process. */
+static int child_ended(pid_t pid, int *status, int *reaped) {
+#if defined(__linux__) && defined(WNOWAIT)
+    if (!portable()) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0)
+            return si.si_pid == pid;
+        if (errno == ECHILD) { *status = 0; *reaped = 1; return 1; }
+        return 0;
+    }
+#endif
+    pid_t r = waitpid(pid, status, WNOHANG);
+    if (r == pid) { *reaped = 1; return 1; }
+    if (r < 0 && errno == ECHILD) { *status = 0; *reaped = 1; return 1; }
+    return 0;
+}
+
+/* ---- one write the call holds ---------------------------------------------------------- */
+
+struct held {
+    char *rid, *output;
+    double allowed, floor;
+    int pooled;
+    int existed; /* the output was there before ffmpeg ran: (ino, mtime) below */
+    ino_t ino;
+    long long mtime_ns;
+};
+
+static int identity(const char *path, ino_t *ino, long long *mtime_ns) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return 0;
+    *ino = st.st_ino;
+#ifdef __APPLE__
+    *mtime_ns = (long long)st.st_mtimespec.tv_sec * 1000000000LL + st.st_mtimespec.tv_nsec;
+#else
+    *mtime_ns = (long long)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+#endif
+    return 1;
+}
+
+/* Changed since `h` was taken (or new): what ffmpeg began or wrote there. */
+static int touched(const struct held *h, off_t *size) {
+    struct stat st;
+    ino_t ino;
+    long long mt;
+    if (!identity(h->output, &ino, &mt) || lstat(h->output, &st) != 0) return 0;
+    if (size) *size = st.st_size;
+    return !(h->existed && ino == h->ino && mt == h->mtime_ns);
+}
+
+static void url_escape(struct buf *b, const char *s) {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            strchr("-._~", *p))
+            buf_add(b, (const char *)p, 1);
+        else
+            buf_fmt(b, "%%%02X", *p);
+    }
+}
+
+/* Why the reservation behind `h` is at risk (the daemon's words), or NULL. */
+static char *at_risk(const struct held *h) {
+    struct buf url = {0}, why = {0};
+    struct answer ans;
+    char *reason = NULL;
+    buf_str(&url, "/v1/reservations/");
+    url_escape(&url, h->rid);
+    if (!url.failed && http("GET", url.p, NULL, RISK_MS, &ans, &why) == 0) {
+        const char *end = ans.body.p + ans.body.len;
+        if (ans.status == 200 && skip_value(ans.body.p, end, 0) != NULL)
+            reason = json_get_string(ans.body.p, end, "at_risk");
+        buf_free(&ans.body);
+    }
+    buf_free(&url);
+    buf_free(&why);
+    return reason;
+}
+
+/* Until ffmpeg ends: why it must stop (its output past the reservation, the reservation at
+ * risk), else NULL; `status` is its wait status then. janitor.jobs.guard._watch, in C. */
+static char *watch(pid_t pid, struct held *w, int nw, int *status, int *reaped) {
+    int64_t checked = 0, tick = now_ms() + POLL_MS;
+    for (;;) {
+        int64_t left = tick - now_ms();
+        struct pollfd pfd = {g_wake[0], POLLIN, 0};
+        if (poll(&pfd, 1, left < 0 ? 0 : (int)left) > 0) {
+            char drain[64];
+            while (read(g_wake[0], drain, sizeof drain) > 0) {}
+        }
+        if (child_ended(pid, status, reaped)) return NULL;
+        if (now_ms() < tick) continue; /* woken by a signal: the tick has not come yet */
+        tick = now_ms() + POLL_MS;
+        for (int i = 0; i < nw; i++) {
+            struct stat st;
+            double written = stat(w[i].output, &st) == 0 ? (double)st.st_blocks * 512.0 : 0.0;
+            if (written > w[i].allowed * (1 + MARGIN) + SLACK) {
+                char a[32], b[32];
+                struct buf line = {0};
+                format_size(a, sizeof a, written);
+                format_size(b, sizeof b, w[i].allowed);
+                buf_fmt(&line, "stopped ffmpeg: %s reached %s, past the %s %s", w[i].output, a,
+                        b, w[i].pooled ? "its job has left of its working set" : "reserved for it");
+                return line.failed ? strdup("stopped ffmpeg: past its reservation") : line.p;
+            }
+            /* The folder of the output, as os.path.dirname(output) or "." */
+            char folder[PATH_MAX];
+            const char *slash = strrchr(w[i].output, '/');
+            size_t n = slash == NULL ? 0 : (size_t)(slash - w[i].output);
+            if (slash == w[i].output) n = 1;
+            if (n == 0) strcpy(folder, ".");
+            else if (n < sizeof folder) { memcpy(folder, w[i].output, n); folder[n] = '\0'; }
+            else continue;
+            struct statvfs vs;
+            if (statvfs(folder, &vs) != 0) continue;
+            if ((double)vs.f_bavail * (double)vs.f_frsize >= w[i].floor) continue;
+            int64_t t = now_ms();
+            if (t - checked < POLL_MS) continue;
+            checked = t;
+            char *reason = at_risk(&w[i]);
+            if (reason != NULL && *reason != '\0') {
+                struct buf line = {0};
+                buf_fmt(&line, "stopped ffmpeg writing %s: %s", w[i].output, reason);
+                free(reason);
+                return line.failed ? strdup("stopped ffmpeg: its job is at risk") : line.p;
+            }
+            free(reason);
+        }
+    }
+}
+
+/* SIGTERM, then SIGKILL after the grace; returns once it ended (not reaped on Linux). */
+static void stop_child(pid_t pid, int *status, int *reaped) {
+    send_to_child(SIGTERM);
+    int64_t deadline = now_ms() + STOP_GRACE_MS;
+    while (now_ms() < deadline) {
+        if (child_ended(pid, status, reaped)) return;
+        sleep_ms(10);
+    }
+    send_to_child(SIGKILL);
+    while (!child_ended(pid, status, reaped)) sleep_ms(10);
+}
+
+/* ---- the call -------------------------------------------------------------------------- */
+
+static int asks_only_for_information(void) {
+    if (g_nargs == 0) return 1;
+    for (int i = 0; INFO_OPTIONS[i]; i++)
+        if (strcmp(g_args[0], INFO_OPTIONS[i]) == 0) return 1;
+    return 0;
+}
+
+/* The body of POST /v1/guard/call; NULL (with `why`) when a word is not UTF-8 text. */
+static char *call_body(const char *cwd, struct buf *why) {
+    struct buf b = {0};
+    if (!valid_utf8(cwd)) { buf_str(why, "its folder's name is not UTF-8"); return NULL; }
+    buf_str(&b, "{\"args\":[");
+    for (int i = 0; i < g_nargs; i++) {
+        if (!valid_utf8(g_args[i])) {
+            buf_free(&b);
+            buf_fmt(why, "argument %d is not UTF-8", i + 1);
+            return NULL;
+        }
+        if (i) buf_add(&b, ",", 1);
+        json_put_string(&b, g_args[i]);
+    }
+    buf_str(&b, "],\"cwd\":");
+    json_put_string(&b, cwd);
+    buf_fmt(&b, ",\"owner_pid\":%ld", (long)getpid());
+    pid_t ppid = getppid();
+    if (ppid > 0) buf_fmt(&b, ",\"writer_pid\":%ld", (long)ppid);
+    buf_str(&b, ",\"ffmpeg\":");
+    json_put_string(&b, g_real);
+    buf_str(&b, ",\"env\":{");
+    int first = 1;
+    for (int i = 0; CALL_ENV[i]; i++) {
+        const char *v = getenv(CALL_ENV[i]);
+        if (v == NULL) continue;
+        if (!valid_utf8(v)) {
+            buf_free(&b);
+            buf_fmt(why, "%s is not UTF-8", CALL_ENV[i]);
+            return NULL;
+        }
+        if (!first) buf_add(&b, ",", 1);
+        first = 0;
+        json_put_string(&b, CALL_ENV[i]);
+        buf_add(&b, ":", 1);
+        json_put_string(&b, v);
+    }
+    buf_str(&b, "},\"config\":{");
+    const char *keys[] = {"policy", "cache_dir", "wait_s"};
+    const char *values[] = {g_set.policy, g_set.cache_dir, g_set.wait_s};
+    first = 1;
+    for (int i = 0; i < 3; i++) {
+        if (values[i] == NULL || !valid_utf8(values[i])) continue;
+        if (!first) buf_add(&b, ",", 1);
+        first = 0;
+        json_put_string(&b, keys[i]);
+        buf_add(&b, ":", 1);
+        json_put_string(&b, values[i]);
+    }
+    buf_str(&b, "}}");
+    if (b.failed || b.len > MAX_REQUEST) {
+        buf_free(&b);
+        buf_str(why, "the call is too large to send");
+        return NULL;
+    }
+    return b.p;
+}
+
+static int call_timeout_ms(void) {
+    const char *v = getenv("JANITOR_GUARD_TIMEOUT_S");
+    if (v != NULL && *v) {
+        char *stop;
+        double s = strtod(v, &stop);
+        if (*stop == '\0' && s > 0 && s <= 86400) return (int)(s * 1000);
+    }
+    return CALL_MS_DEFAULT;
+}
+
+/* A verdict we understand: its action, else NULL (then the Python guard takes the call). */
+static char *understood(const struct answer *ans, struct buf *why) {
+    const char *p = ans->body.p, *end = p + ans->body.len;
+    const char *stop = p ? skip_value(p, end, 0) : NULL;
+    char *action = NULL;
+    if (stop != NULL && skip_ws(stop, end) == end) action = json_get_string(p, end, "action");
+    int known = action != NULL &&
+                ((ans->status == 200 && (!strcmp(action, "exec") || !strcmp(action, "run"))) ||
+                 (ans->status == 202 && !strcmp(action, "wait")) ||
+                 (ans->status == 507 && !strcmp(action, "refuse")));
+    if (known) return action;
+    free(action);
+    char *message = stop != NULL ? json_get_string(p, end, "message") : NULL;
+    buf_fmt(why, "the daemon at %s did not take this call (%d: %s)", g_socket, ans->status,
+            message ? message : stop == NULL ? "an answer that is not JSON" : "no verdict");
+    free(message);
+    return NULL;
+}
+
+/* The writes of a "run" verdict; -1 when they are not what we understand. */
+static int read_writes(const char *p, const char *end, struct held **out, int *n) {
+    const char *session = json_get(p, end, "session");
+    const char *list = session ? json_get(session, end, "reservations") : NULL;
+    *out = NULL;
+    *n = 0;
+    if (list == NULL || *list != '[') return -1;
+    const char *q = skip_ws(list + 1, end);
+    int cap = 0;
+    while (q < end && *q != ']') {
+        const char *e = skip_value(q, end, 1);
+        if (e == NULL || *q != '{') return -1;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 4;
+            if (cap > 4096) return -1;
+            struct held *grown = realloc(*out, (size_t)cap * sizeof **out);
+            if (grown == NULL) return -1;
+            *out = grown;
+        }
+        struct held *h = &(*out)[*n];
+        memset(h, 0, sizeof *h);
+        h->rid = json_get_string(q, e, "id");
+        h->output = json_get_string(q, e, "output");
+        h->pooled = json_get_bool(q, e, "pooled");
+        if (h->rid == NULL || h->output == NULL || json_get_number(q, e, "bytes", &h->allowed) ||
+            json_get_number(q, e, "floor", &h->floor)) {
+            free(h->rid);
+            free(h->output);
+            return -1;
+        }
+        (*n)++;
+        q = skip_ws(e, end);
+        if (q < end && *q == ',') q = skip_ws(q + 1, end);
+    }
+    return 0;
+}
+
+/* Say and log what the verdict says to. */
+static void tell(const char *p, const char *end) {
+    char *line = json_get_string(p, end, "say");
+    if (line != NULL) say(line);
+    free(line);
+    line = json_get_string(p, end, "log");
+    if (line != NULL) log_line(line, json_get_bool(p, end, "debug"));
+    free(line);
+}
+
+static void cover(const struct held *w, int nw, pid_t pid, int *fd_out) {
+    /* Not waited for: the guard owns the reservations too, and ffmpeg dies with the guard. */
+    struct buf req = {0}, why = {0};
+    *fd_out = -1;
+    for (int i = 0; i < nw; i++) {
+        if (w[i].pooled) continue;
+        struct buf url = {0}, body = {0};
+        buf_str(&url, "/v1/reservations/");
+        url_escape(&url, w[i].rid);
+        buf_str(&url, "/cover");
+        buf_fmt(&body, "{\"pid\":%ld}", (long)pid);
+        if (!url.failed && !body.failed) request_text(&req, "POST", url.p, body.p, 0);
+        buf_free(&url);
+        buf_free(&body);
+    }
+    if (req.len > 0 && !req.failed) {
+        int fd = connect_daemon(now_ms() + CONNECT_MS, &why);
+        if (fd >= 0 && send_all(fd, req.p, req.len, now_ms() + CONNECT_MS) == 0) *fd_out = fd;
+        else if (fd >= 0) (void)close(fd);
+    }
+    buf_free(&req);
+    buf_free(&why);
+}
+
+static int finish(int status) {
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        signal(sig, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        (void)sigprocmask(SIG_UNBLOCK, &one, NULL);
+        (void)kill(getpid(), sig);
+        return 128 + sig;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+static int run(const char *p, const char *end, const sigset_t *given_mask) {
+    struct held *w = NULL;
+    int nw = 0;
+    const char *release = json_get(p, end, "release");
+    const char *release_end = release ? skip_value(release, end, 1) : NULL;
+    if (release == NULL || release_end == NULL || *release != '{')
+        hand_over("the daemon's answer has no release");
+    if (read_writes(p, end, &w, &nw) != 0) {
+        /* What the daemon granted ends first: the Python guard will hold the call itself. */
+        struct buf body = {0}, why = {0};
+        struct answer ans;
+        buf_add(&body, release, (size_t)(release_end - release));
+        if (!body.failed && http("POST", "/v1/guard/release", body.p, RELEASE_MS, &ans,
+                                 &why) == 0)
+            buf_free(&ans.body);
+        hand_over("the daemon's session is not one the compiled front end understands");
+    }
+    int holds = json_get_bool(p, end, "holds");
+    tell(p, end);
+    for (int i = 0; i < nw; i++) {
+        int dup = 0;
+        for (int j = 0; j < i; j++) dup |= strcmp(w[i].output, w[j].output) == 0;
+        if (!dup) w[i].existed = identity(w[i].output, &w[i].ino, &w[i].mtime_ns);
+        else w[i].existed = -1; /* the same output again: counted once */
+    }
+
+    g_foreground = isatty(0) && tcgetpgrp(0) == getpgrp();
+    sigset_t block, old;
+    sigemptyset(&block);
+    for (int i = 0; i < NFORWARDED; i++) sigaddset(&block, FORWARDED[i]);
+    sigaddset(&block, SIGCHLD);
+    sigaddset(&block, SIGTSTP);
+    sigaddset(&block, SIGCONT);
+    int wake_ok = cloexec_pipe(g_wake) == 0;
+    for (int i = 0; wake_ok && i < 2; i++) {
+        int fl = fcntl(g_wake[i], F_GETFL);
+        wake_ok = fl >= 0 && fcntl(g_wake[i], F_SETFL, fl | O_NONBLOCK) == 0;
+    }
+    /* The handlers go in before ffmpeg starts: a signal that comes meanwhile is passed on the
+     * moment it runs. Held back across the fork, so the pid is known when one arrives. */
+    (void)sigprocmask(SIG_BLOCK, &block, &old);
+    int armed = wake_ok && handle(SIGCHLD) == 0;
+    for (int i = 0; armed && i < NFORWARDED; i++) armed = handle(FORWARDED[i]) == 0;
+    if (armed && !g_foreground) armed = handle(SIGTSTP) == 0 && handle(SIGCONT) == 0;
+    if (!armed) {
+        restore_signals();
+        (void)sigprocmask(SIG_SETMASK, &old, NULL);
+        hand_over("cannot set up signal handling");
+    }
+    pid_t pid = start_ffmpeg(given_mask);
+    if (pid < 0) {
+        int e = errno;
+        restore_signals();
+        (void)sigprocmask(SIG_SETMASK, &old, NULL);
+        struct buf body = {0}, why = {0}, line = {0};
+        struct answer ans;
+        buf_add(&body, release, (size_t)(release_end - release));
+        if (holds && !body.failed && http("POST", "/v1/guard/release", body.p, RELEASE_MS, &ans,
+                                          &why) == 0)
+            buf_free(&ans.body);
+        buf_fmt(&line, "cannot run %s: %s", g_real, strerror(e));
+        say(line.failed ? "cannot run the real ffmpeg" : line.p);
+        return EXIT_NO_FFMPEG;
+    }
+    int early = g_early;
+    g_early = 0;
+    (void)sigprocmask(SIG_SETMASK, &old, NULL);
+    for (int i = 0; i < NFORWARDED; i++)
+        if (early & (1 << i)) send_to_child(FORWARDED[i]);
+    int word = -1;
+    pid_t sentinel = start_sentinel(pid, &word); /* none (fork failed): pdeathsig still holds */
+    int cover_fd = -1;
+    cover(w, nw, pid, &cover_fd);
+
+    int status = 0, reaped = 0;
+    char *stopped = watch(pid, w, nw, &status, &reaped);
+    if (stopped != NULL) stop_child(pid, &status, &reaped);
+    /* Tell the sentinel before the pid is reaped (it exits as soon as it reads the word), then
+     * reap both. */
+    if (word >= 0) {
+        while (write(word, "done\n", 5) < 0 && errno == EINTR) {}
+        (void)close(word);
+    }
+    if (sentinel > 0) reap_sentinel(sentinel, 5000);
+    if (!reaped) (void)reap(pid, -1, &status);
+    g_child = 0;
+    restore_signals();
+    if (cover_fd >= 0) (void)close(cover_fd);
+
+    int removed = 0;
+    if (stopped != NULL) {
+        for (int i = 0; i < nw; i++) {
+            if (w[i].existed < 0 || !touched(&w[i], NULL)) continue;
+            if (unlink(w[i].output) == 0) removed = 1;
+        }
+    }
+    struct buf body = {0}, why = {0};
+    int nwritten = 0;
+    buf_add(&body, release, (size_t)(release_end - release - 1)); /* without its "}" */
+    const char *inner = skip_ws(release + 1, release_end);
+    buf_str(&body, *inner == '}' ? "\"written\":[" : ",\"written\":[");
+    for (int i = 0; i < nw; i++) {
+        off_t size = 0;
+        if (w[i].existed < 0 || !touched(&w[i], &size)) continue;
+        if (!valid_utf8(w[i].output)) continue;
+        if (nwritten++) buf_add(&body, ",", 1);
+        buf_str(&body, "{\"path\":");
+        json_put_string(&body, w[i].output);
+        buf_fmt(&body, ",\"bytes\":%lld}", (long long)size);
+    }
+    buf_str(&body, "]}");
+    if ((holds || nwritten) && !body.failed) {
+        struct answer ans;
+        if (http("POST", "/v1/guard/release", body.p, RELEASE_MS, &ans, &why) == 0)
+            buf_free(&ans.body);
+        /* else: ended with us, the owner, once we exit */
+    }
+    buf_free(&body);
+    buf_free(&why);
+    if (stopped != NULL) {
+        struct buf line = {0};
+        buf_fmt(&line, "%s%s. Free space there (`janitor status` shows the volume) and retry",
+                stopped, removed ? "; the partial output was removed" : "");
+        say(line.failed ? stopped : line.p);
+        log_line(line.failed ? stopped : line.p, 0);
+        return EXIT_REFUSED;
+    }
+    return finish(status);
+}
+
+int main(int argc, char **argv) {
+    sigset_t given_mask;
+    (void)sigprocmask(SIG_SETMASK, NULL, &given_mask);
+    g_args = argv + 1;
+    g_nargs = argc > 0 ? argc - 1 : 0;
+    char *self = self_path(argc > 0 ? argv[0] : NULL);
+    struct buf why = {0};
+    const char *error = NULL;
+    char *real = find_real(self, &error, &why);
+    if (real == NULL) {
+        say(error);
+        return EXIT_NO_FFMPEG;
+    }
+    g_real = real;
+    if (asks_only_for_information()) exec_real(); /* not logged: hundreds per recording */
+    read_settings(self, &g_set);
+    if (g_set.sidecar == NULL) exec_real(); /* no settings: nothing to guard with */
+    const char *log_env = getenv("JANITOR_LOG_DIR");
+    g_log_dir = log_env != NULL && *log_env ? log_env : g_set.log_dir;
+
+    const char *runtime = getenv("JANITOR_RUNTIME_DIR");
+    struct buf sock = {0};
+    if (runtime != NULL && *runtime) {
+        buf_fmt(&sock, "%s/janitor.sock", runtime);
+        g_socket = sock.failed ? NULL : sock.p;
+    } else {
+        g_socket = g_set.socket;
+    }
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof cwd) == NULL) hand_over("cannot read the working folder");
+    char *body = call_body(cwd, &why);
+    if (body == NULL) hand_over(why.p);
+    struct answer ans;
+    if (http("POST", "/v1/guard/call", body, call_timeout_ms(), &ans, &why) != 0)
+        hand_over(why.p);
+    free(body);
+    char *action = understood(&ans, &why);
+    if (action == NULL) hand_over(why.p);
+
+    if (!strcmp(action, "wait")) {
+        /* Queued: say so once, then wait in turn (the daemon answers when admitted). */
+        const char *p = ans.body.p, *end = p + ans.body.len;
+        char *ticket = json_get_string(p, end, "ticket");
+        double wait_s = 0;
+        (void)json_get_number(p, end, "wait_s", &wait_s);
+        if (ticket == NULL) hand_over("the daemon queued the call without a ticket");
+        tell(p, end);
+        struct buf wait_body = {0};
+        buf_str(&wait_body, "{\"ticket\":");
+        json_put_string(&wait_body, ticket);
+        buf_fmt(&wait_body, ",\"owner_pid\":%ld}", (long)getpid());
+        buf_free(&ans.body);
+        free(action);
+        int ms = (int)((wait_s > 0 && wait_s < 86400 ? wait_s : 0) * 1000) + 60000;
+        if (wait_body.failed ||
+            http("POST", "/v1/guard/call/wait", wait_body.p, ms, &ans, &why) != 0)
+            hand_over(why.len ? why.p : "out of memory");
+        buf_free(&wait_body);
+        free(ticket);
+        action = understood(&ans, &why);
+        if (action == NULL || !strcmp(action, "wait") || !strcmp(action, "exec"))
+            hand_over(why.len ? why.p : "the daemon's wait ended in what is not a verdict");
+    }
+    const char *p = ans.body.p, *end = p + ans.body.len;
+    if (!strcmp(action, "exec")) {
+        tell(p, end);
+        exec_real();
+    }
+    if (!strcmp(action, "refuse")) {
+        tell(p, end);
+        return EXIT_REFUSED;
+    }
+    return run(p, end, &given_mask);
+}
