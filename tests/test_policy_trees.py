@@ -127,3 +127,15 @@ def test_trees_on_other_volumes_are_grouped_apart(
     outer = tree("outer", tmp_path, exclude=[f"{mount.name}/*"])
     nested = trees_by_device([outer, inner])
     assert nested == {os.stat(tmp_path).st_dev: [outer], os.stat(mount).st_dev: [inner]}
+
+
+def test_a_path_through_a_symlink_and_dotdot_is_where_the_kernel_goes(tmp_path: Path) -> None:
+    """``tree/link/../x`` with link -> elsewhere/d opens elsewhere/x: outside the tree."""
+    root, elsewhere = tmp_path / "tree", tmp_path / "elsewhere"
+    (elsewhere / "d").mkdir(parents=True)
+    root.mkdir()
+    (root / "link").symlink_to(elsewhere / "d")
+    trees = [tree("t", root)]
+    assert tree_holding(trees, f"{root}/link/../x") is None
+    inside = tree_holding(trees, f"{root}/sub/../x")
+    assert inside is not None and inside.path == str(root / "x")

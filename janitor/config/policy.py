@@ -573,7 +573,9 @@ def tree_holding(trees: Iterable[TreePolicy], path: str | os.PathLike[str]) -> I
     text = os.fsdecode(path)
     if "\0" in text:
         return None
-    real = os.path.realpath(os.path.normpath(os.path.abspath(text)))
+    # Joined, not normalised, before symlinks are resolved: ``link/..`` is where the kernel
+    # goes (the parent of link's target), not the folder ``link`` is in.
+    real = os.path.realpath(os.path.join(os.getcwd(), text))
     best: tuple[TreePolicy, str] | None = None
     for tree in trees:
         root = os.path.realpath(tree.path)

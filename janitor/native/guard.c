@@ -158,12 +158,27 @@ static void say(const char *line) {
     buf_str(&b, line);
     buf_str(&b, "\n");
     if (b.failed) { buf_free(&b); return; }
+    /* A stderr nobody reads must not kill us (the Python guard ignores SIGPIPE): SIGPIPE is
+     * held back around the write and a pipe error taken from the pending set, not by setting
+     * it ignored, which ffmpeg would inherit through exec. */
+    sigset_t pipe_only, was, pending;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    int held = sigprocmask(SIG_BLOCK, &pipe_only, &was) == 0 && !sigismember(&was, SIGPIPE);
+    int broke = 0;
     size_t off = 0;
     while (off < b.len) {
         ssize_t n = write(2, b.p + off, b.len - off);
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EPIPE) broke = 1;
         if (n <= 0) break; /* nobody reads our stderr: nothing more to do */
         off += (size_t)n;
+    }
+    if (held) {
+        int sig;
+        if (broke && sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE))
+            (void)sigwait(&pipe_only, &sig);
+        (void)sigprocmask(SIG_SETMASK, &was, NULL);
     }
     buf_free(&b);
 }
@@ -932,7 +947,13 @@ static void restore_signals(void) {
 static int cloexec_pipe(int fds[2]) {
     if (pipe(fds) != 0) return -1;
     for (int i = 0; i < 2; i++)
-        if (fcntl(fds[i], F_SETFD, FD_CLOEXEC) != 0) return -1;
+        if (fcntl(fds[i], F_SETFD, FD_CLOEXEC) != 0) {
+            int saved = errno;
+            (void)close(fds[0]);
+            (void)close(fds[1]);
+            errno = saved;
+            return -1;
+        }
     return 0;
 }
 
@@ -953,7 +974,7 @@ static pid_t start_ffmpeg(const sigset_t *given_mask) {
     deathsig = !portable();
 #endif
     char **argv = calloc((size_t)g_nargs + 2, sizeof *argv);
-    if (argv == NULL) return -1;
+    if (argv == NULL) { (void)close(err[0]); (void)close(err[1]); errno = ENOMEM; return -1; }
     argv[0] = (char *)g_real;
     for (int i = 0; i < g_nargs; i++) argv[i + 1] = g_args[i];
     pid_t pid = fork();
@@ -1403,6 +1424,18 @@ static int finish(int status) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
+/* End what the daemon granted for this call (its "release" body), before the call goes to
+ * the Python guard, which holds it anew, or fails. */
+static void release_granted(const char *release, const char *release_end) {
+    struct buf body = {0}, why = {0};
+    struct answer ans;
+    buf_add(&body, release, (size_t)(release_end - release));
+    if (!body.failed && http("POST", "/v1/guard/release", body.p, RELEASE_MS, &ans, &why) == 0)
+        buf_free(&ans.body);
+    buf_free(&body);
+    buf_free(&why);
+}
+
 static int run(const char *p, const char *end, const sigset_t *given_mask) {
     struct held *w = NULL;
     int nw = 0;
@@ -1412,12 +1445,7 @@ static int run(const char *p, const char *end, const sigset_t *given_mask) {
         hand_over("the daemon's answer has no release");
     if (read_writes(p, end, &w, &nw) != 0) {
         /* What the daemon granted ends first: the Python guard will hold the call itself. */
-        struct buf body = {0}, why = {0};
-        struct answer ans;
-        buf_add(&body, release, (size_t)(release_end - release));
-        if (!body.failed && http("POST", "/v1/guard/release", body.p, RELEASE_MS, &ans,
-                                 &why) == 0)
-            buf_free(&ans.body);
+        release_granted(release, release_end);
         hand_over("the daemon's session is not one the compiled front end understands");
     }
     int holds = json_get_bool(p, end, "holds");
@@ -1450,6 +1478,7 @@ static int run(const char *p, const char *end, const sigset_t *given_mask) {
     if (!armed) {
         restore_signals();
         (void)sigprocmask(SIG_SETMASK, &old, NULL);
+        release_granted(release, release_end);
         hand_over("cannot set up signal handling");
     }
     pid_t pid = start_ffmpeg(given_mask);
@@ -1457,23 +1486,23 @@ static int run(const char *p, const char *end, const sigset_t *given_mask) {
         int e = errno;
         restore_signals();
         (void)sigprocmask(SIG_SETMASK, &old, NULL);
-        struct buf body = {0}, why = {0}, line = {0};
-        struct answer ans;
-        buf_add(&body, release, (size_t)(release_end - release));
-        if (holds && !body.failed && http("POST", "/v1/guard/release", body.p, RELEASE_MS, &ans,
-                                          &why) == 0)
-            buf_free(&ans.body);
+        struct buf line = {0};
+        if (holds) release_granted(release, release_end);
         buf_fmt(&line, "cannot run %s: %s", g_real, strerror(e));
         say(line.failed ? "cannot run the real ffmpeg" : line.p);
         return EXIT_NO_FFMPEG;
     }
+    /* The sentinel is forked while the signals are still held back, so that none reaches it
+     * before it has reset its handlers (it would pass it on to ffmpeg a second time), and so
+     * that ffmpeg is watched from the moment it runs. None (fork failed): on Linux pdeathsig
+     * still holds. */
+    int word = -1;
+    pid_t sentinel = start_sentinel(pid, &word);
     int early = g_early;
     g_early = 0;
     (void)sigprocmask(SIG_SETMASK, &old, NULL);
     for (int i = 0; i < NFORWARDED; i++)
         if (early & (1 << i)) send_to_child(FORWARDED[i]);
-    int word = -1;
-    pid_t sentinel = start_sentinel(pid, &word); /* none (fork failed): pdeathsig still holds */
     int cover_fd = -1;
     cover(w, nw, pid, &cover_fd);
 
