@@ -47,8 +47,8 @@ BENCHES: dict[str, list[str]] = {
     "guard": ["--runs", "20", "--rounds", "2"],
 }
 
-_LOWER = re.compile(r"(^|[_.\[])(p\d+|median|mean|max|min)?.*(_s|_ms|_us|seconds|ms|cpu)(\]|$)")
-_HIGHER = re.compile(r"(per_s|rate|throughput|pairs_s|files_s|mb_s)")
+_HIGHER = re.compile(r"(pairs|files|bytes|mb|units)_per_s$|(^|_)rate$|throughput")
+_LOWER = re.compile(r"(^|_)(p\d+|median|mean|min|max)$|_(s|ms|us)$|^cpu|per_pair")
 
 
 def export(ref: str, into: Path) -> Path:
@@ -106,11 +106,12 @@ def run_once(bench: str, source: Path, args: list[str], work: Path) -> dict[str,
 
 
 def better(key: str) -> str | None:
-    """'lower' or 'higher' when the key's name says which is better, else None."""
-    k = key.lower()
-    if _HIGHER.search(k):
+    """'lower' or 'higher' when the key's last part says which is better (a time, a
+    percentile, CPU; a rate), else None (counts, sizes, times whose key names no unit)."""
+    last = key.rsplit(".", 1)[-1].lower()
+    if _HIGHER.search(last):
         return "higher"
-    if _LOWER.search(k):
+    if _LOWER.search(last):
         return "lower"
     return None
 
