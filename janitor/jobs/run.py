@@ -284,13 +284,31 @@ def preflight(
     cache = cache_dir or media_cache_dir()
     tmp = tmp_dir or Path(tempfile.gettempdir())
     probe = ffmpeg.Probe(ffmpeg.probe_cache_dir())
-    plans: list[MediaPlan] = []
+    # What the probe knows without ffprobe (a header it reads, a remembered answer) is planned
+    # here, one file after another: pure Python, which threads would only make wait for the
+    # GIL. Only the files left for ffprobe go to the pool, where they wait on the process.
+    known = {p for p in files if probe.cached(p) is not None}
+    done: dict[str, MediaPlan] = {}
+    n_done = 0
+
+    def planned(path: str, plan: MediaPlan) -> None:
+        nonlocal n_done
+        done[path] = plan
+        n_done += 1  # a file named twice is planned twice, as it is listed
+        if progress is not None:
+            progress(n_done, len(files))
+
+    for path in files:
+        if path in known:
+            planned(path, _plan_one(path, probe, cache))
+    rest = [p for p in files if p not in known]
     n_workers = workers or max(2, 2 * (os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=n_workers) as pool:
-        for i, plan in enumerate(pool.map(lambda p: _plan_one(p, probe, cache), files)):
-            plans.append(plan)
-            if progress is not None:
-                progress(i + 1, len(files))
+        for path, plan in zip(
+            rest, pool.map(lambda p: _plan_one(p, probe, cache), rest), strict=True
+        ):
+            planned(path, plan)
+    plans = [done[p] for p in files]
     status = jan.status(with_usage=False)
 
     def headroom(folder: Path) -> tuple[str, int]:

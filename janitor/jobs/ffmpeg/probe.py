@@ -120,7 +120,10 @@ class Probe:
         except OSError:
             return None
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        return self._memo.get(key) or header_info(path) or self._read(key)
+        hit = self._memo.get(key) or header_info(path) or self._read(key)
+        if hit is not None:
+            self._memo[key] = hit  # asked again by the estimate that follows: read once
+        return hit
 
     def entry_path(self, key: tuple[int, int, int, int]) -> str | None:
         """The cache file for a stat key (None without a cache folder)."""
