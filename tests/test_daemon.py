@@ -541,13 +541,19 @@ def test_an_idle_daemon_sleeps_instead_of_polling(tmp_path: Path) -> None:
             # status.json waits for the next sample (a minute): ask the API instead.
             eventually(swept, what="the first periodic sweep")
             time.sleep(1.0)  # let the start-up settle
-            before = _wakeups(d.pid)
+            # Two windows, the quieter one judged: a job that runs once after start (the first
+            # space report, 2 s in, walks the pipeline's folders in a process of its own and
+            # may land in the first) is not polling; a polling design wakes in both.
             window = 4.0
-            time.sleep(window)
-            after = _wakeups(d.pid)
-        woke = {tid: n - before.get(tid, 0) for tid, n in after.items()}
-        total = sum(woke.values())
-        assert total / window < 5, f"{total} wake-ups in {window:g}s: {woke}"
+            seen = []
+            for _ in range(2):
+                before = _wakeups(d.pid)
+                time.sleep(window)
+                after = _wakeups(d.pid)
+                woke = {tid: n - before.get(tid, 0) for tid, n in after.items()}
+                seen.append((sum(woke.values()), woke))
+        total, woke = min(seen, key=lambda s: s[0])
+        assert total / window < 5, f"{total} wake-ups in {window:g}s: {woke} (windows: {seen})"
         assert d.proc.poll() is None
 
 
