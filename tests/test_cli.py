@@ -265,7 +265,7 @@ def test_refusal_exits_75_with_the_numbers(
     managed_volume: MakeVolume, run_cli_many: Any, fill: Callable[..., Path]
 ) -> None:
     vol = managed_volume("64m", floor="4MiB")
-    fill(vol.tree / "data.bin", 20 * MiB)
+    fill(vol.mount / "data.bin", 20 * MiB)  # outside the cache: make-room cannot take it
     _lib_reserve(vol, 10 * MiB)
     free = free_of(vol.mount)
     request = free - 4 * MiB - 10 * MiB + 1

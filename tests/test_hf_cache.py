@@ -598,9 +598,7 @@ def test_pressure_and_make_room_never_evict_revisions(hub: Hub) -> None:
     two_models(hub)
     t = tree(hub, quota="10GiB")
     snap = scan(t.path)
-    plan = plan_pressure(
-        [(snap, group_units(snap, t), t)], 10**9, protection=Protection(), now=time.time()
-    )
+    plan = plan_pressure([(snap, group_units(snap, t), t)], 10**9, protection=Protection())
     assert plan.items == ()
     assert not t.evicts_for_room and tree(hub, units="file").evicts_for_room
 

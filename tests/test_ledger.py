@@ -113,10 +113,11 @@ def test_a_new_ledger_has_the_current_schema(
     jan = cache_janitor()
     jan.reserve("t", 1).release()
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     sql = _schema_sql(janitor_env.ledger)
     assert "WITHOUT ROWID" in sql["reservations"] and "job_id" in sql["reservations"]
-    assert {"jobs", "job_writers", "job_sources", "waiters", "jobs_active"} <= set(sql)
+    assert {"jobs", "job_writers", "job_sources", "waiters", "jobs_active", "draws"} <= set(sql)
+    assert "kind" in sql["pins"] and "unit" in sql["pins"]
     assert "WHERE state = 'live'" in sql["reservations_live"]
     assert "AUTOINCREMENT" not in sql["log"]
     assert "log_ts" not in sql and "reservations_state" not in sql
@@ -157,7 +158,7 @@ def test_schema_1_is_upgraded_in_place_keeping_what_a_prune_would_keep(
     live = jan.reservations()
     assert [(r.id, r.bytes) for r in live] == [("r-00000000000000aa", 3 << 20)]
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
         assert conn.execute("SELECT id, state FROM reservations ORDER BY id").fetchall() == [
             ("r-00000000000000aa", "live"),
             ("r-00000000000000bb", "released"),
@@ -187,6 +188,7 @@ def test_schema_2_gains_the_command_columns_and_keeps_its_reservations(
     r = jan.reserve("t", 1 << 20)
     jan.ledger.close()
     with sqlite3.connect(janitor_env.ledger) as conn:  # back to schema 2, as 0.1 wrote it
+        _back_to_schema_4(conn)
         for table in ("jobs", "job_writers", "job_sources", "waiters"):
             conn.execute(f"DROP TABLE {table}")
         conn.execute("ALTER TABLE reservations DROP COLUMN job_id")
@@ -198,10 +200,10 @@ def test_schema_2_gains_the_command_columns_and_keeps_its_reservations(
     covered = again.cover(r.id, os.getpid())
     assert covered.command_pid == os.getpid()
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
-    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 2, "to": 4}]
+    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 2, "to": 5}]
     again.release(r.id)
 
 
@@ -214,6 +216,7 @@ def test_schema_3_gains_the_job_tables_and_keeps_its_reservations(
     r = jan.reserve("t", 1 << 20)
     jan.ledger.close()
     with sqlite3.connect(janitor_env.ledger) as conn:  # back to schema 3
+        _back_to_schema_4(conn)
         for table in ("jobs", "job_writers", "job_sources", "waiters"):
             conn.execute(f"DROP TABLE {table}")
         conn.execute("ALTER TABLE reservations DROP COLUMN job_id")
@@ -222,10 +225,41 @@ def test_schema_3_gains_the_job_tables_and_keeps_its_reservations(
     assert [(x.id, x.job_id) for x in again.reservations()] == [(r.id, None)]
     assert again.jobs() == []
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 3, "to": 4}]
+    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 3, "to": 5}]
     again.release(r.id)
+
+
+def _back_to_schema_4(conn: sqlite3.Connection) -> None:
+    """Undo schema 5: no draws, pins without a kind or a unit."""
+    conn.execute("DROP TABLE draws")
+    conn.execute("ALTER TABLE pins DROP COLUMN unit")
+    conn.execute("ALTER TABLE pins DROP COLUMN kind")
+
+
+def test_schema_4_gains_pin_kinds_and_draws_and_keeps_its_pins(
+    cache_janitor: Callable[[], Janitor], janitor_env: JanitorEnv
+) -> None:
+    """A schema-4 ledger (pins of one kind, no draws) is upgraded in place: its live pin stays
+    live, a pin of its owner's, and cache entries can then await use."""
+    jan = cache_janitor()
+    entry = Path(jan.policy.tree("t").path) / "entry.bin"
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_bytes(b"x" * 4096)
+    pin = jan.pin(entry)
+    jan.ledger.close()
+    with sqlite3.connect(janitor_env.ledger) as conn:
+        _back_to_schema_4(conn)
+        conn.execute("PRAGMA user_version = 4")
+    again = cache_janitor()
+    assert [(p.id, p.kind) for p in again.pins()] == [(pin.id, "pin")]
+    with sqlite3.connect(janitor_env.ledger) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("SELECT count(*) FROM draws").fetchone()[0] == 0
+    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 4, "to": 5}]
+    again.unpin(pin.id)
 
 
 def test_a_ledger_from_a_newer_version_is_refused_untouched(

@@ -189,6 +189,12 @@ def evictable(world: World, tp: TreePolicy, *, pin_folder: str | None = None) ->
     ]
 
 
+def unused(world: World) -> list[Unit]:
+    """Units nothing uses (not pinned, reserved, locked or open), whatever their age: what
+    volume pressure and make-room may take."""
+    return [u for u in world.units if not protected(world.spec(u))]
+
+
 def expected_kept(world: World, tp: TreePolicy, *, pin_folder: str | None = None) -> dict[str, int]:
     kept = dict.fromkeys(KEEP_REASONS, 0)
     for u in world.units:
@@ -466,7 +472,7 @@ def test_the_plan_is_a_pure_function_of_its_inputs() -> None:
     min_b=st.integers(0, 200_000),
     exclude_every=st.integers(0, 5),
 )
-def test_pressure_evicts_oldest_first_across_caches_until_covered(
+def test_pressure_evicts_least_recently_used_first_across_caches_until_covered(
     a: list[Spec],
     b: list[Spec],
     jobs: list[Spec],
@@ -494,12 +500,12 @@ def test_pressure_evicts_oldest_first_across_caches_until_covered(
         [(wa.snapshot, wa.units, ta), (wj.snapshot, wj.units, tj), (wb.snapshot, wb.units, tb)],
         need,
         protection=protection,
-        now=NOW,
         reason="make-room",
         exclude=excluded,
     )
-    pool = [("c1", u) for u in evictable(wa, ta) if ("c1", u.key) not in excluded]
-    pool += [("c2", u) for u in evictable(wb, tb)]
+    # By use, not by age: min_age (min_a, min_b) shields nothing from pressure or make-room.
+    pool = [("c1", u) for u in unused(wa) if ("c1", u.key) not in excluded]
+    pool += [("c2", u) for u in unused(wb)]
     assert all(i.tree in ("c1", "c2") for i in plan.items), "scratch trees are never evicted"
     assert all(i.reason == "make-room" for i in plan.items)
     chosen = {(i.tree, i.unit.key) for i in plan.items}
@@ -524,7 +530,7 @@ def test_pressure_evicts_oldest_first_across_caches_until_covered(
 def test_pressure_with_nothing_needed_plans_nothing() -> None:
     world = cache_world([Spec(1000, 99_999.0) for _ in range(5)])
     tp = tree(quota=10, min_age=0)
-    plan = plan_pressure([(world.snapshot, world.units, tp)], 0, protection=Protection(), now=NOW)
+    plan = plan_pressure([(world.snapshot, world.units, tp)], 0, protection=Protection())
     assert plan.items == ()
 
 
@@ -565,7 +571,7 @@ def test_the_unit_table_of_a_snapshot_plans_exactly_as_its_units_do(
     assert from_table == _plan(world, tp)
     assert from_table.bytes == sum(i.size for i in from_table.items)
     pressure = [
-        plan_pressure([(world.snapshot, units, tp)], need, protection=world.protection, now=NOW)
+        plan_pressure([(world.snapshot, units, tp)], need, protection=world.protection)
         for units in (table, world.units)
     ]
     assert pressure[0] == pressure[1]

@@ -47,8 +47,9 @@ def test_refusal_at_the_floor_carries_the_real_numbers(
     managed_volume: MakeVolume, fill: Fill
 ) -> None:
     vol = managed_volume("64m", floor="8MiB")
-    fill(vol.tree / "a.bin", 30 * MiB)
-    fill(vol.tree / "sub" / "b.bin", 10 * MiB)
+    # Outside the cache: nothing a make-room could evict (it takes what nothing uses).
+    fill(vol.mount / "other" / "a.bin", 30 * MiB)
+    fill(vol.mount / "other" / "sub" / "b.bin", 10 * MiB)
     jan = vol.janitor()
     free = vol.free()
     assert free == 64 * MiB - 40 * MiB  # the 40 MiB written really took space
@@ -68,8 +69,8 @@ def test_refusal_at_the_floor_carries_the_real_numbers(
     assert e.shortfall == MiB
     assert e.tree == "t"
     assert e.volume == str(vol.mount)
-    assert e.evicted == 0  # the files are younger than min_age: make-room left them alone
-    assert (vol.tree / "a.bin").stat().st_size == 30 * MiB
+    assert e.evicted == 0  # the cache holds nothing to evict
+    assert (vol.mount / "other" / "a.bin").stat().st_size == 30 * MiB
     assert isinstance(e, OSError) and isinstance(e, JanitorError)
     assert e.errno == errno.ENOSPC
     assert e.exit_code == 75
@@ -102,7 +103,7 @@ def test_refusal_at_the_floor_carries_the_real_numbers(
 
 def test_the_boundary_is_exact_to_the_byte(managed_volume: MakeVolume, fill: Fill) -> None:
     vol = managed_volume("64m", floor="8MiB")
-    fill(vol.tree / "x.bin", 123 * 4096)
+    fill(vol.mount / "x.bin", 123 * 4096)  # outside the cache: make-room cannot take it
     jan = vol.janitor()
     available = vol.free() - 8 * MiB
     assert jan.would_fit("t", available).fits
@@ -127,7 +128,7 @@ def test_refusal_below_the_floor_reports_the_whole_shortfall(
     ``janitor check`` prints) reports request + deficit, and the two disagree.
     """
     vol = managed_volume("64m", floor="8MiB")
-    fill(vol.tree / "big.bin", 60 * MiB)
+    fill(vol.mount / "big.bin", 60 * MiB)  # outside the cache: make-room cannot take it
     jan = vol.janitor()
     free = vol.free()
     assert free < 8 * MiB

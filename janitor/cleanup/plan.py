@@ -439,16 +439,19 @@ def plan_pressure(
     need: int,
     *,
     protection: Protection,
-    now: float,
     reason: Reason = "pressure",
     exclude: Iterable[tuple[str, str]] = (),
 ) -> Plan:
-    """Evict across several caches on one volume, oldest last use first, until ``need`` bytes.
+    """Evict across several caches on one volume, least recently used first, until ``need``
+    bytes.
 
     Nix's min-free/max-free: used when free space is below free_low (need = free_target - free)
-    and to make room for a reservation (need = its shortfall). Scratch trees are never used, nor
-    caches of Hugging Face revisions (only their own quota evicts them: a model evicted on an
-    offline machine cannot be downloaded again).
+    and to make room for a reservation (need = its shortfall). Protection is by use, not by
+    age, as kubelet ranks images under node pressure: ``min_age`` shields nothing here; what
+    is pinned (a job's source, an entry awaiting use), reserved, locked or open is kept, and
+    everything else may go, oldest last use first. Scratch trees are never used, nor caches of
+    Hugging Face revisions (only their own quota evicts them: a model evicted on an offline
+    machine cannot be downloaded again).
     Ties of last use are broken by tree name, then unit key.
     """
     skip: dict[str, set[str]] = {}
@@ -464,9 +467,6 @@ def plan_pressure(
                 continue
             table = UnitTable.of(units, snapshot.root)
             free, kept, count = _judge(table, tree, snapshot.root, protection)
-            young = now - table.last_use[free] < tree.min_age
-            kept["young"] = int(np.count_nonzero(young))
-            free = free[~young]
             name = tree.name
             if name in skip:
                 free = np.setdiff1d(free, table.with_keys(skip[name]), assume_unique=True)

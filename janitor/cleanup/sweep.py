@@ -236,9 +236,7 @@ def make_room(
         if not found.evictable():
             return None  # nothing to evict (lock files of evicted entries free nothing)
         protection = found.protection({device}, opened)
-        plan = plan_pressure(
-            found.scanned, need, protection=protection, now=found.now, reason=reason
-        )
+        plan = plan_pressure(found.scanned, need, protection=protection, reason=reason)
         if not plan.items:
             return None
         if reason == "make-room" and plan.bytes < need:
@@ -321,7 +319,7 @@ def emergency(
         protection = found.protection({device})
         open_set = open_set | protection.open
         need = max(vs.free_target - vs.free, 0) if not dry_run else vs.free_target - vs.free
-        part = plan_pressure(found.scanned, need, protection=protection, now=now, reason="pressure")
+        part = plan_pressure(found.scanned, need, protection=protection, reason="pressure")
         plan = plan.merged(part)
     report = apply(plan, ledger=None, dry_run=dry_run, open_set=open_set)
     return EmergencyResult(tuple(freed), report)

@@ -243,7 +243,6 @@ def plan_world(world: World, *, pressure: bool = True) -> Plan:
                 [s for s in world.scanned if s.snapshot.device == device],
                 need,
                 protection=world.protection,
-                now=world.now,
                 exclude=[(i.tree, i.unit.key) for i in plan.items],
             )
             plan = plan.merged(Plan(extra.items, ()))

@@ -59,6 +59,7 @@ from janitor.errors import ConfigError, UnknownTree
 from janitor.sizes import format_size, parse_duration, parse_size
 
 __all__ = [
+    "DEFAULT_AWAIT_TTL_S",
     "FORBIDDEN_ROOTS",
     "HF_MISSING",
     "MAX_PROBLEMS_SHOWN",
@@ -254,6 +255,14 @@ class VolumePolicy(_Model):
         return VolumePolicy.model_validate(data)
 
 
+#: A cache entry awaiting use stays so at most this long (``await_ttl``): batchalign3 runs UTR
+#: between its probe of a cached WAV and the first cut, and Whisper's UTR over a two-hour
+#: recording on a laptop's CPU takes about as long as the recording, Rev.AI's less; 4 h covers
+#: either with room to spare. What it costs at worst is the WAVs probed in the last 4 hours
+#: (about 115 MB per hour of audio) kept from pressure eviction.
+DEFAULT_AWAIT_TTL_S = 4 * 3600.0
+
+
 class TreePolicy(_Model):
     """One managed folder and the rules for what in it may be deleted, and when."""
 
@@ -262,7 +271,16 @@ class TreePolicy(_Model):
     path: Path
     quota: Size | None = None
     low_watermark: Size = SizeSpec(percent=90.0)
-    min_age: Duration = 300.0
+    min_age: Duration = Field(
+        default=300.0,
+        description="Units used more recently than this are kept from quota and age sweeps "
+        "(not from volume pressure or make-room, which evict what nothing uses).",
+    )
+    await_ttl: Duration = Field(
+        default=DEFAULT_AWAIT_TTL_S,
+        description="How long a cache entry the pipeline probed or converted stays awaiting "
+        "use (never evicted) when no job of its prober cuts from it and the prober lives.",
+    )
     max_age: Duration | None = None
     orphan_age: Duration = 86400.0
     include: tuple[str, ...] = ()

@@ -184,6 +184,7 @@ WANTED = {
     "ballast": _SIZE,
     "horizon": _DURATION,
     "min_age": _DURATION,
+    "await_ttl": _DURATION,
     "max_age": _DURATION,
     "orphan_age": _DURATION,
     "include": _GLOBS,

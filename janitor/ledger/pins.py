@@ -1,8 +1,14 @@
 """Pins and touches: what a running process says about the cache entries it uses.
 
 A pin keeps an entry (file or folder) from being evicted while its owner process lives, the way
-a reservation keeps bytes. A touch records a hit, so an entry read through a path that does not
-update atime (``noatime`` mounts, reads from memory) still counts as recently used.
+a reservation keeps bytes. A pin of kind ``await`` marks a cache entry **awaiting use**: the
+pipeline probed it or just converted it and will cut from it (the guard's ffprobe and ffmpeg
+record it for the caller, with the entry's unit key, so a rename within the unit keeps it). It
+ends at the first of: a job of its owner starting to cut from the entry (that job's source pin
+covers it from then on), its owner's death, and its TTL (the tree's ``await_ttl``).
+
+A touch records a hit, so an entry read through a path that does not update atime
+(``noatime`` mounts, reads from memory) still counts as recently used.
 """
 
 from __future__ import annotations
@@ -20,9 +26,12 @@ from janitor.host.owner import is_alive
 from janitor.ledger.log import Log
 from janitor.ledger.paths import db_path, py_path
 
-__all__ = ["PinInfo", "Pins", "Touches"]
+__all__ = ["AWAIT", "PIN", "PinInfo", "Pins", "Touches"]
 
-_COLUMNS = "id, tree, path, owner_pid, owner_start, created, expires, state, ended"
+_COLUMNS = "id, tree, path, owner_pid, owner_start, created, expires, state, ended, kind, unit"
+
+#: The kinds of pin: held by its owner (``pin``), or an entry awaiting use (``await``).
+PIN, AWAIT = "pin", "await"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +47,9 @@ class PinInfo:
     expires: float
     state: str
     ended: float | None = None
+    #: ``pin``, or ``await`` (an entry awaiting use) with the ``unit`` key it covers.
+    kind: str = PIN
+    unit: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of a pin (README: "JSON shapes")."""
@@ -70,8 +82,11 @@ class Pins:
         owner_start: float | None,
         ttl: float | None,
         now: float | None = None,
+        kind: str = PIN,
+        unit: str | None = None,
     ) -> PinInfo:
-        """Record a pin on ``path`` owned by ``owner_pid``."""
+        """Record a pin on ``path`` owned by ``owner_pid`` (``kind`` ``await``: the entry
+        ``unit`` of ``tree`` awaiting use by its owner, logged as ``await``)."""
         now = time.time() if now is None else now
         info = PinInfo(
             id="p-" + secrets.token_hex(8),
@@ -82,13 +97,44 @@ class Pins:
             created=now,
             expires=math.inf if ttl is None else now + ttl,
             state="live",
+            kind=kind,
+            unit=unit,
         )
         self._conn.execute(
-            f"INSERT INTO pins ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)",
-            (info.id, tree, db_path(path), owner_pid, owner_start, now, info.expires, "live", None),
-        )
-        self._log.add("pin", tree=tree, path=path, ts=now, pin=info.id, owner_pid=owner_pid)
+            f"INSERT INTO pins ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (info.id, tree, db_path(path), owner_pid, owner_start, now, info.expires, "live", None,
+             kind, unit),
+        )  # fmt: skip
+        extra: dict[str, Any] = {"ttl": ttl} if kind == AWAIT else {}
+        self._log.add(
+            "await" if kind == AWAIT else "pin", tree=tree, path=path, ts=now, pin=info.id,
+            owner_pid=owner_pid, **extra,
+        )  # fmt: skip
         return info
+
+    def take_over(
+        self, tree: str, unit: str, *, owner_pid: int, owner_start: float | None, job: str,
+        now: float,
+    ) -> int:  # fmt: skip
+        """End the live ``await`` pins of ``owner_pid`` on entry ``unit`` of ``tree``: a job of
+        that owner now cuts from it, and the job's source pin covers it until the job ends.
+        Returns how many ended."""
+        rows = self._conn.execute(
+            f"SELECT {_COLUMNS} FROM pins WHERE state = 'live' AND kind = ? AND tree = ? "
+            "AND unit = ? AND owner_pid = ?",
+            (AWAIT, tree, unit, owner_pid),
+        ).fetchall()
+        n = 0
+        for info in map(_from_row, rows):
+            if None not in (info.owner_start, owner_start) and info.owner_start != owner_start:
+                continue  # another process that was given the same pid
+            self._set_state(info.id, "released", now)
+            self._log.add(
+                "await-end", tree=info.tree, path=info.path, ts=now, pin=info.id,
+                why=f"job {job} cuts from it", job_id=job,
+            )  # fmt: skip
+            n += 1
+        return n
 
     def end(self, key: str, *, now: float | None = None) -> list[PinInfo]:
         """End the live pin with id ``key``, or every live pin on path ``key``."""
@@ -142,7 +188,13 @@ class Pins:
             else:
                 continue
             self._set_state(info.id, state, now)
-            self._log.add(f"pin-{state}", tree=info.tree, path=info.path, ts=now, pin=info.id)
+            if info.kind == AWAIT:
+                why = "await_ttl passed" if state == "expired" else "its prober died"
+                self._log.add(
+                    "await-end", tree=info.tree, path=info.path, ts=now, pin=info.id, why=why
+                )
+            else:
+                self._log.add(f"pin-{state}", tree=info.tree, path=info.path, ts=now, pin=info.id)
             n += 1
         return n
 
@@ -158,6 +210,10 @@ class Pins:
             for info in self._live_rows()
             if info.expires > now and is_alive(info.owner_pid, info.owner_start)
         ]
+
+    def awaiting(self, *, now: float | None = None) -> list[PinInfo]:
+        """The entries awaiting use now (``await`` pins that protect: see :meth:`live`)."""
+        return [p for p in self.live(now=now) if p.kind == AWAIT]
 
     def live_paths(self) -> set[str]:
         """The paths of live pins, as the ledger holds them (owners not checked)."""

@@ -2,7 +2,7 @@
 
 :func:`migrate` runs inside a write transaction that :class:`janitor.ledger.db.Ledger` opens
 under the writer lock; it reads the file's ``user_version``, refuses a newer one untouched,
-and creates or upgrades the tables (schema 1, 2 or 3 to 4), every row kept.
+and creates or upgrades the tables (schema 1 to 4 to 5), every row kept.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from janitor.errors import LedgerError
 
 __all__ = ["KEEP_S", "SCHEMA_VERSION", "migrate", "refuse_newer"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Shaped for the writes that queue behind the writer lock (a reserve, a release), since each
 # page such a write touches is re-read after another process wrote and copied into the WAL on
@@ -53,7 +53,9 @@ CREATE TABLE IF NOT EXISTS pins (
     created     REAL NOT NULL,
     expires     REAL NOT NULL,
     state       TEXT NOT NULL DEFAULT 'live',
-    ended       REAL
+    ended       REAL,
+    kind        TEXT NOT NULL DEFAULT 'pin',
+    unit        TEXT
 );
 CREATE INDEX IF NOT EXISTS pins_state ON pins(state, path);
 CREATE TABLE IF NOT EXISTS touches (
@@ -129,8 +131,29 @@ CREATE TABLE IF NOT EXISTS waiters (
     owner_start REAL,
     since       REAL NOT NULL,
     what        TEXT
-) WITHOUT ROWID
+) WITHOUT ROWID;
+{draws}"""
+
+#: Schema 5's table: the cuts drawn on a job's working set (janitor.ledger.draws), in flight
+#: while their call runs, then kept with their window until the job ends.
+_DRAWS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS draws (
+    id          TEXT PRIMARY KEY,
+    reservation TEXT NOT NULL,
+    job         TEXT NOT NULL,
+    source      TEXT NOT NULL,
+    path        TEXT NOT NULL,
+    bytes       INTEGER NOT NULL,
+    start_us    INTEGER,
+    end_us      INTEGER,
+    owner_pid   INTEGER NOT NULL,
+    owner_start REAL,
+    created     REAL NOT NULL,
+    state       TEXT NOT NULL DEFAULT 'live'
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS draws_job ON draws(job)
 """
+_JOBS_SCHEMA = _JOBS_SCHEMA.format(draws=_DRAWS_SCHEMA)
 _SCHEMA = _SCHEMA.format(jobs=_JOBS_SCHEMA)
 
 #: How long ended reservations and pins and log lines are kept (Ledger.prune).
@@ -151,7 +174,7 @@ INSERT INTO log SELECT * FROM log_v1 WHERE ts >= :cutoff;
 INSERT INTO log (id, ts, event, detail) VALUES (
     max((SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'log_v1'),
         (SELECT coalesce(max(id), 0) FROM log_v1)) + 1,
-    :now, 'upgrade', '{{"from": 1, "to": 4}}');
+    :now, 'upgrade', '{{"from": 1, "to": {version}}}');
 DROP TABLE reservations_v1;
 DROP TABLE log_v1;
 DELETE FROM sqlite_sequence WHERE name IN ('log', 'log_v1')
@@ -170,10 +193,21 @@ ALTER TABLE reservations ADD COLUMN command_start REAL
 """
 
 #: Schema 3 -> 4: job folders, their writers and sources, the queue of waiting first writes,
-#: and the job a working-set reservation serves.
+#: and the job a working-set reservation serves (schema 5's draws come with them).
 _MIGRATE_3 = f"""
 ALTER TABLE reservations ADD COLUMN job_id TEXT;
 {_JOBS_SCHEMA}
+"""
+
+#: Schema 4 -> 5: a pin's kind (``pin``, or ``await``: a cache entry awaiting use, with the
+#: unit key it covers) and the draws on a job's working set.
+_PIN_KINDS = """
+ALTER TABLE pins ADD COLUMN kind TEXT NOT NULL DEFAULT 'pin';
+ALTER TABLE pins ADD COLUMN unit TEXT
+"""
+_MIGRATE_4 = f"""
+{_PIN_KINDS};
+{_DRAWS_SCHEMA}
 """
 
 
@@ -198,9 +232,13 @@ def migrate(conn: sqlite3.Connection, path: Path) -> int:
     if version >= SCHEMA_VERSION:
         return version
     if version == 1:
-        script = _MIGRATE_1.format(schema=_SCHEMA, reservation_columns=_RESERVATION_COLUMNS_1)
-    elif version in (2, 3):
-        steps = (_MIGRATE_2, _MIGRATE_3) if version == 2 else (_MIGRATE_3,)
+        # Schema 1's pins table is kept as it was: it gets schema 5's columns after.
+        first = _MIGRATE_1.format(
+            schema=_SCHEMA, reservation_columns=_RESERVATION_COLUMNS_1, version=SCHEMA_VERSION
+        )
+        script = ";".join((first, _PIN_KINDS))
+    elif version in (2, 3, 4):
+        steps = (_MIGRATE_2, _MIGRATE_3, _MIGRATE_4)[version - 2 :]
         note = "INSERT INTO log (ts, event, detail) VALUES (:now, 'upgrade', "
         note += f'\'{{"from": {version}, "to": {SCHEMA_VERSION}}}\')'
         script = ";".join((*steps, note))

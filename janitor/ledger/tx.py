@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 
+from janitor.ledger.draws import Draws
 from janitor.ledger.jobs import Jobs, Waiters
 from janitor.ledger.log import Log
 from janitor.ledger.pins import Pins, Touches
@@ -21,7 +22,9 @@ __all__ = ["Tx"]
 class Tx:
     """The tables, inside one transaction (read-only when it came from ``Ledger.read()``)."""
 
-    __slots__ = ("jobs", "log", "pins", "reservations", "samples", "touches", "volumes", "waiters")
+    __slots__ = (
+        "draws", "jobs", "log", "pins", "reservations", "samples", "touches", "volumes", "waiters"
+    )  # fmt: skip
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.log = Log(conn)
@@ -32,3 +35,4 @@ class Tx:
         self.volumes = Volumes(conn)
         self.jobs = Jobs(conn)
         self.waiters = Waiters(conn)
+        self.draws = Draws(conn)
