@@ -58,6 +58,7 @@ __all__ = [
     "UnknownPin",
     "UnknownReservation",
     "UnknownTree",
+    "WaitWontHelp",
 ]
 
 EXIT_OK = 0
@@ -156,10 +157,11 @@ class ReservationRefused(JanitorError, OSError):
         self.floor = decision.floor
         self.reserved = decision.reserved
         self.evicted = decision.evicted
-        #: Bytes that jobs waiting ahead of this one need (first come, first served).
+        #: Bytes left free for the call first in line on the volume (what it needs beyond what
+        #: the work that ran when it began to wait will give back).
         self.queued = decision.queued
-        #: Bytes that could still be granted: free - floor - reserved by others - what jobs
-        #: waiting ahead need (never < 0).
+        #: Bytes that could still be granted: free - floor - reserved by others - what is
+        #: held for the call first in line (never < 0).
         self.available = decision.available
         #: Bytes missing for this request to fit (including any deficit below the floor).
         self.shortfall = decision.shortfall
@@ -174,8 +176,11 @@ class ReservationRefused(JanitorError, OSError):
     def from_dict(data: Mapping[str, Any]) -> ReservationRefused:
         """The refusal :meth:`as_dict` describes (the HTTP API's 507 answer): a
         :class:`NeverFits` when its ``error`` says so."""
-        kind = NeverFits if data.get("error") == "never_fits" else ReservationRefused
-        return kind._rebuilt(data)
+        kinds: dict[str, type[ReservationRefused]] = {
+            "never_fits": NeverFits,
+            "wait_wont_help": WaitWontHelp,
+        }
+        return kinds.get(data.get("error") or "", ReservationRefused)._rebuilt(data)
 
     @classmethod
     def _rebuilt(cls, data: Mapping[str, Any]) -> ReservationRefused:
@@ -184,7 +189,7 @@ class ReservationRefused(JanitorError, OSError):
     def _message(self) -> str:
         queued = ""
         if self.queued:
-            queued = f" - wanted by jobs waiting ahead {format_size(self.queued)}"
+            queued = f" - held for the job first in line {format_size(self.queued)}"
         msg = (
             f"refused {format_size(self.requested)} on tree {self.tree!r} ({self.volume}): "
             f"free {format_size(self.free)} - floor {format_size(self.floor)} - reserved by others "
@@ -297,6 +302,50 @@ class NeverFits(ReservationRefused):
     def as_dict(self) -> dict[str, Any]:
         data = super().as_dict()
         data.update(error="never_fits", capacity=self.capacity, held=self.held, most=self.most)
+        return data
+
+
+class WaitWontHelp(ReservationRefused):
+    """A write that does not fit now, and would not once the work on its volume ended: it
+    lacks more than the live reservations, pins and awaiting-use entries there will give back
+    (``coming``), so it is refused at once rather than made to wait for nothing."""
+
+    def __init__(
+        self,
+        decision: Decision,
+        *,
+        output: str | None = None,
+        waited_s: float = 0.0,
+        coming: int = 0,
+    ) -> None:
+        #: What the running work and the caches on the volume will give back.
+        self.coming = coming
+        super().__init__(decision, output=output, waited_s=waited_s)
+
+    @classmethod
+    def _rebuilt(cls, data: Mapping[str, Any]) -> ReservationRefused:
+        return cls(
+            _Numbers(data),
+            output=data.get("output"),
+            waited_s=data.get("waited_s", 0.0),
+            coming=data.get("coming", 0),
+        )
+
+    @property
+    def lacks(self) -> int:
+        """What it lacks beyond the free space above the floor and others' reservations."""
+        return max(0, self.requested - max(0, self.free - self.floor - self.reserved))
+
+    def _message(self) -> str:
+        return super()._message() + (
+            f"; what the work on {self.volume} will give back when it ends "
+            f"({format_size(self.coming)}) cannot cover the {format_size(self.lacks)} it lacks, "
+            "so it was refused at once rather than made to wait"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        data = super().as_dict()
+        data.update(error="wait_wont_help", coming=self.coming, lacks=self.lacks)
         return data
 
 

@@ -48,7 +48,6 @@ __all__ = [
     "end_job",
     "folder_is",
     "job_folder",
-    "queued_ahead",
     "reap_all",
     "reap_jobs",
     "reap_waiters",
@@ -127,6 +126,7 @@ def end_job(tx: Tx, job: JobInfo, state: str, why: str, now: float) -> JobEnd:
     ending = "released" if state == "done" else "dead"
     for info in tx.reservations.of_job(job.id):
         end_logged(tx, info, ending, now, why=why)
+    tx.draws.drop_job(job.id)
     pins = [s.pin for s in job.sources if s.pin]
     if pins:
         tx.pins.end_ids(pins, "released" if state == "done" else "dead", now=now)
@@ -224,20 +224,6 @@ def set_source(tx: Tx, job: JobInfo, source: SourceInfo) -> JobInfo:
     refreshed = tx.jobs.get(job.id)
     assert refreshed is not None
     return refreshed
-
-
-def queued_ahead(tx: Tx, device: int, me: str | None) -> int:
-    """Bytes that calls waiting on ``device`` ahead of waiter ``me`` need (all waiters when
-    ``me`` is None or no longer queued). Waiters whose process died are taken off the queue."""
-    total = 0
-    for w in tx.waiters.on(device):
-        if w.id == me:
-            return total
-        if not still_alive(w.owner_pid, w.owner_start):
-            tx.waiters.remove(w.id)
-            continue
-        total += w.bytes
-    return total
 
 
 def reap_waiters(tx: Tx) -> int:

@@ -85,16 +85,9 @@ def _globs(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
 
 def unit_key_for(tree: TreePolicy, rel: str) -> str:
     """The key of the unit that a path (relative to the root) belongs or would belong to."""
-    if tree.units == "dir":
-        return rel.split("/", 1)[0]
     if tree.units == "hf_revision":
         return revision_key(rel)
-    folder, _, name = rel.rpartition("/")
-    if tree.group:
-        m = re.match(tree.group, name)
-        if m:
-            name = m.group("key")
-    return f"{folder}/{name}" if folder else name
+    return tree.unit_key(rel)
 
 
 def group_units(

@@ -426,6 +426,20 @@ class TreePolicy(_Model):
             return tuple((glob, tuple(req)) for glob, req in self.unit_requires.items())
         return ((self.unit_glob, tuple(self.unit_requires)),)
 
+    def unit_key(self, rel: str) -> str:
+        """The key of the unit that a path (relative to the root) belongs or would belong to:
+        its folder right under the root (``dir`` units), else its file name through ``group``
+        (``{fp}.tmp.wav``, ``{fp}.wav`` and ``{fp}.wav.lock`` are one unit, ``{fp}``), in its
+        folder. A ``hf_revision`` tree's keys are :mod:`janitor.cleanup.hf_units`' to make."""
+        if self.units == "dir":
+            return rel.split("/", 1)[0]
+        folder, _, name = rel.rpartition("/")
+        if self.group:
+            m = re.match(self.group, name)
+            if m:
+                name = m.group("key")
+        return f"{folder}/{name}" if folder else name
+
     def is_unit_folder(self, name: str, entries: Callable[[], Iterable[str]]) -> bool:
         """Whether a folder ``name`` right under the root is one of this tree's units;
         ``entries`` lists the names inside it (asked only when a rule needs them)."""

@@ -147,6 +147,12 @@ class WriteIn(BaseModel):
     bytes: int = Field(ge=1, le=1 << 50)
     source: str | None = Field(default=None, max_length=4096)
     whole_bytes: int | None = Field(default=None, ge=1, le=1 << 50)
+    start_us: int | None = Field(
+        default=None, ge=0, le=1 << 50, description="Where a cut's window starts in its source."
+    )
+    end_us: int | None = Field(
+        default=None, ge=0, le=1 << 50, description="Where a cut's window ends in its source."
+    )
 
 
 class GuardRequest(BaseModel):
@@ -233,6 +239,8 @@ class GuardRelease(BaseModel):
 
     reservations: list[str] = Field(default_factory=list, max_length=256)
     pins: list[str] = Field(default_factory=list, max_length=256)
+    #: Its cuts on its jobs' working sets, no longer in flight.
+    draws: list[str] = Field(default_factory=list, max_length=256)
     #: What the call left at its outputs (``janitor run`` sums it up), its job and run.
     written: list[WrittenOutput] = Field(default_factory=list, max_length=256)
     job: str | None = Field(None, max_length=256)
@@ -603,7 +611,9 @@ class _Calls:
 
         written = [Written(w.path, w.bytes) for w in req.written]
         jan = self.daemon.janitor
-        close_writes(jan, req.reservations, req.pins, written, job=req.job, run=req.run)
+        close_writes(
+            jan, req.reservations, req.pins, written, job=req.job, run=req.run, draws=req.draws
+        )
         return _dumps({"reservations": req.reservations, "pins": req.pins})
 
 

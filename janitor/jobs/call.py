@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from janitor.errors import NeverFits, ReservationRefused
+from janitor.errors import NeverFits, ReservationRefused, WaitWontHelp
 from janitor.humanize import format_duration, format_size
 
 TYPE_CHECKING = False  # typing costs the guarded ffmpeg several ms at every start
@@ -112,6 +112,9 @@ def plan(
             out["source"] = os.path.normpath(os.path.join(cwd, source))
             if o.whole_bytes:
                 out["whole_bytes"] = int(o.whole_bytes)
+                if o.start_us is not None:  # which part of the source it holds
+                    out["start_us"] = int(o.start_us)
+                    out["end_us"] = int(o.start_us + round(o.duration_s * 1e6))
         outputs.append(out)
     inputs = [os.path.normpath(os.path.join(cwd, i)) for i in ffmpeg.input_files(inv)]
     return {
@@ -140,8 +143,17 @@ def refusal_line(refused: ReservationRefused) -> str:
             f"every reservation and cache leave at most {format_size(refused.most)} even "
             f"once every job ends. Free space on {volume} or use a bigger disk; ffmpeg did not run"
         )
+    if isinstance(refused, WaitWontHelp):
+        return (
+            head + f"{format_size(free)} free, floor {format_size(floor)}, "
+            f"{format_size(reserved)} reserved by others, short by "
+            f"{format_size(refused.lacks)}; the work on {volume} gives back "
+            f"{format_size(refused.coming)} when it ends, so waiting would not make it fit: "
+            f"refused at once. Free space on {volume} (`janitor status` shows who holds it) and "
+            "retry; ffmpeg did not run"
+        )
     queued, evicted, waited = refused.queued, refused.evicted, refused.waited_s
-    ahead = f", {format_size(queued)} wanted by jobs waiting ahead" if queued else ""
+    ahead = f", {format_size(queued)} held for the job first in line" if queued else ""
     after = f" (after evicting {format_size(evicted)} of cache)" if evicted else ""
     after += f" (after waiting {format_duration(waited)} for room)" if waited else ""
     return (
@@ -207,15 +219,21 @@ def _refuse(exc: Exception) -> Verdict:
 
 
 def _run(session: WriteSession, job: str | None, run: str | None) -> Verdict:
-    own, pins = session.own, session.pins
+    own, pins, draws = session.own, session.pins, session.draws
     return Verdict(
         200,
         {
             "action": "run",
             "session": session.as_dict(),
             "log": reserved_line("daemon", session),
-            "holds": bool(own or pins),
-            "release": {"reservations": list(own), "pins": list(pins), "job": job, "run": run},
+            "holds": bool(own or pins or draws),
+            "release": {
+                "reservations": list(own),
+                "pins": list(pins),
+                "draws": list(draws),
+                "job": job,
+                "run": run,
+            },
         },
     )
 

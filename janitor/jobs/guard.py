@@ -229,11 +229,12 @@ class _DaemonHold(_Hold):
         return body.get("at_risk") if status == 200 and isinstance(body, dict) else None
 
     def release(self, written: Sequence[Written] = ()) -> None:
-        own, pins = self.session.own, self.session.pins
-        if own or pins or written:
+        own, pins, draws = self.session.own, self.session.pins, self.session.draws
+        if own or pins or written or draws:
             body = {
                 "reservations": list(own),
                 "pins": list(pins),
+                "draws": list(draws),
                 "written": [w.as_dict() for w in written],
                 "job": self.job,
                 "run": self.run,
@@ -242,7 +243,7 @@ class _DaemonHold(_Hold):
 
 
 #: The ``error`` of a 507 answer that refuses a call (the numbers say why).
-_REFUSALS = ("refused", "never_fits")
+_REFUSALS = ("refused", "never_fits", "wait_wont_help")
 
 
 class _LibraryHold(_Hold):
@@ -288,7 +289,10 @@ class _LibraryHold(_Hold):
         from janitor.jobs.writes import close_writes
 
         session = self.session
-        close_writes(self.jan, session.own, session.pins, written, job=self.job, run=self.run)
+        close_writes(
+            self.jan, session.own, session.pins, written, job=self.job, run=self.run,
+            draws=session.draws,
+        )  # fmt: skip
         self.jan.ledger.close()
 
 

@@ -77,9 +77,10 @@ class HeldWrite(_Value):
 
 class WriteSession(_Value):
     """What a call holds: its writes, the pins that end with it, the outputs left unguarded,
-    the jobs it wrote into, and how long it waited for room."""
+    the jobs it wrote into, how long it waited for room, and its draws on its jobs' working sets
+    (in flight until the call ends: other cuts racing it count them)."""
 
-    __slots__ = ("writes", "pins", "unguarded", "jobs", "waited_s")  # noqa: RUF023 (in order)
+    __slots__ = ("writes", "pins", "unguarded", "jobs", "waited_s", "draws")  # noqa: RUF023
 
     def __init__(
         self,
@@ -88,12 +89,14 @@ class WriteSession(_Value):
         unguarded: tuple[str, ...] = (),
         jobs: tuple[str, ...] = (),
         waited_s: float = 0.0,
+        draws: tuple[str, ...] = (),
     ) -> None:
         self.writes = writes
         self.pins = pins
         self.unguarded = unguarded
         self.jobs = jobs
         self.waited_s = waited_s
+        self.draws = draws
 
     @property
     def own(self) -> tuple[str, ...]:
@@ -108,6 +111,7 @@ class WriteSession(_Value):
             "unguarded": list(self.unguarded),
             "jobs": list(self.jobs),
             "waited_s": self.waited_s,
+            "draws": list(self.draws),
         }
 
     @classmethod
@@ -120,6 +124,7 @@ class WriteSession(_Value):
             tuple(data.get("unguarded", ())),
             tuple(data.get("jobs", ())),
             float(data.get("waited_s") or 0.0),
+            tuple(data.get("draws", ())),
         )
 
 

@@ -12,11 +12,21 @@
    reserved for the call alone, on the tree that holds it (a write on a covered volume outside
    every tree under a tree of that volume, so it still keeps the floor; on a volume the policy
    does not cover, unguarded).
-3. **Room, then a turn**: a refused call evicts caches once (never a pinned input) and tries
-   again; a job's first write that still does not fit, but would once running jobs end, takes
-   a place in the volume's queue (:class:`Queued`) and :func:`wait` admits it in turn, first come
-   first served; one that could never fit is refused at once (:class:`~janitor.errors.NeverFits`).
-4. :func:`close_writes` ends what the call alone held; the job's working set and pins stay.
+   Cuts racing on one working set count each other's bytes in flight (their *draws*,
+   :mod:`janitor.ledger.draws`), and a cut of a window its job has cut already (a group cut
+   again) is growth past the working set, admitted as growth at that cut.
+3. **Room, then a turn**: a refused call evicts caches once (by use: never a pinned input, an
+   entry awaiting use, a locked or open one) and tries again; a job's first write (or a cut's
+   growth) that still does not fit waits in the volume's queue (:class:`Queued`) only for space
+   that will come (:mod:`janitor.admission.queue`), and :func:`wait` admits it in its turn; one
+   that could never fit, or that what will come cannot cover, is refused at once
+   (:class:`~janitor.errors.NeverFits`, :class:`~janitor.errors.WaitWontHelp`).
+4. :func:`close_writes` ends what the call alone held and its draws; the job's working set and
+   pins stay.
+
+A conversion into a cache marks the entry awaiting use for the writer
+(:mod:`janitor.admission.awaiting`), and a job's first cut from a cache entry takes its
+writer's mark over: the job's source pin covers the entry from then on.
 
 What a call holds and leaves (:class:`~janitor.jobs.held.WriteSession`,
 :class:`~janitor.jobs.held.Written`) lives in :mod:`janitor.jobs.held`, which the guard imports
@@ -38,6 +48,7 @@ from janitor.errors import (
     SpaceRisk,
     UnknownPin,
     UnknownReservation,
+    WaitWontHelp,
 )
 from janitor.humanize import format_size
 from janitor.jobs.held import HeldWrite, WriteSession, Written
@@ -47,7 +58,9 @@ if TYPE_CHECKING:
     from janitor.admission.reserve import Admission
     from janitor.config.policy import TreePolicy
     from janitor.core import Janitor
+    from janitor.ledger.draws import DrawInfo
     from janitor.ledger.jobs import JobInfo, Waiter, Writer
+    from janitor.ledger.reservations import ReservationInfo
     from janitor.ledger.tx import Tx
 
 __all__ = [
@@ -68,6 +81,8 @@ __all__ = [
 #: often it tries to make room by evicting caches while it is first in line.
 POLL_S = 1.0
 ROOM_EVERY_S = 10.0
+#: How often a waiting call asks whether what it waits for can still come.
+HOPE_EVERY_S = 2.0
 #: How far a job's cuts may pass its working set, on their own, without a new admission: each
 #: cut's file rounds up to whole blocks of its filesystem (4 KiB; a few hundred per hour of
 #: audio), which the working set, worked out from the duration, cannot know.
@@ -79,12 +94,15 @@ WORKING_SET_SLACK = 1 << 20
 class PlannedWrite:
     """One file a command will write, and how many bytes. A cut (a window of its input)
     names its ``source`` and ``whole_bytes``, what the whole source takes in the same format:
-    the working set of a job that cuts it group by group."""
+    the working set of a job that cuts it group by group; and, when known, the window of the
+    source it holds, ``[start_us, end_us)``."""
 
     path: str
     bytes: int
     source: str | None = None
     whole_bytes: int | None = None
+    start_us: int | None = None
+    end_us: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +125,14 @@ class CallRequest:
         """From the JSON body of ``POST /v1/guard`` (what the guard sends)."""
         return cls(
             tuple(
-                PlannedWrite(w["path"], int(w["bytes"]), w.get("source"), w.get("whole_bytes"))
+                PlannedWrite(
+                    w["path"],
+                    int(w["bytes"]),
+                    w.get("source"),
+                    w.get("whole_bytes"),
+                    w.get("start_us"),
+                    w.get("end_us"),
+                )
                 for w in data["outputs"]
             ),
             tuple(data.get("inputs", ())),
@@ -202,7 +227,9 @@ class Prepared:
 
 
 def prepare(jan: Janitor, req: CallRequest) -> Prepared:
-    """Classify the call's writes, record its jobs and pin its inputs, in one transaction."""
+    """Classify the call's writes, record its jobs and pin its inputs, in one transaction; a
+    job's first cut from a cache entry takes over its writer's awaiting-use mark on it."""
+    from janitor.admission.awaiting import cache_entry, take_over
     from janitor.admission.jobs import job_folder, record_job
     from janitor.host.owner import choose_writer, process_start
     from janitor.ledger.jobs import Writer
@@ -218,7 +245,11 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
         folder = None if recorded is None else job_folder(jan.policy, tree, recorded)
         targets.append(_Target(w, tree, recorded, folder))
     folders = {t.folder.folder: t.folder for t in targets if t.folder is not None}
-    if folders and req.writer_pid:
+    into_cache = any(
+        t.folder is None and t.recorded is not None and jan.policy.tree(t.tree).evicts_for_room
+        for t in targets
+    )
+    if (folders or into_cache) and req.writer_pid:
         # The guard's parent, PID 1 included (a server that is a container's entrypoint); a
         # guard whose parent died was adopted by init or a subreaper, which then counts as the
         # writer: its job is kept (orphan_age decides), never removed from under a live one.
@@ -230,6 +261,13 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
     inputs = _cached_inputs(jan, req.inputs)
     guard_start = process_start(req.owner_pid)
     now = time.time()
+    cuts = [
+        (t.folder.folder, entry)
+        for t in targets
+        if t.cut and t.folder is not None and t.write.source is not None
+        for entry in (cache_entry(jan.policy, t.write.source),)
+        if entry is not None
+    ]
 
     def write(tx: Tx) -> Prepared:
         jobs: dict[str, JobInfo] = {}
@@ -250,6 +288,9 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
                 pin = tx.pins.add(tree, path, owner_pid=req.owner_pid, owner_start=guard_start,
                                   ttl=None, now=now)  # fmt: skip
                 call_pins.append(pin.id)
+        for folder, entry in cuts:  # pinned for the job just above: its mark is done
+            take_over(tx, entry, writer_pid=writer.pid, writer_start=writer.start,
+                      job=jobs[folder].id, now=now)  # fmt: skip
         return Prepared(
             req,
             tuple(targets),
@@ -260,7 +301,7 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
             first,
         )
 
-    if not folders and not inputs:
+    if not folders and not inputs:  # nothing to record before the grant
         return Prepared(req, tuple(targets), tuple(unguarded), writer)
     prepared: Prepared = jan.ledger.call(write)
     return prepared
@@ -298,22 +339,27 @@ def _pin_source(tx: Tx, job: JobInfo, tree: str, path: str, writer: Writer, now:
 
 
 class _Short(Exception):
-    """Raised inside the grant transaction to roll it back: what did not fit, and where."""
+    """Raised inside the grant transaction to roll it back: what did not fit, and where;
+    ``growth``: a cut of a job that wrote already, past its working set (it may wait too)."""
 
-    def __init__(self, decision: Admission, output: str, needs: dict[int, int]) -> None:
+    def __init__(
+        self, decision: Admission, output: str, needs: dict[int, int], *, growth: bool = False
+    ) -> None:
         super().__init__(output)
         self.decision = decision
         self.output = output
         self.needs = needs  # device -> what the call wants there
+        self.growth = growth
 
 
 def grant(jan: Janitor, prep: Prepared, *, ticket: str | None = None) -> WriteSession:
     """Reserve every write of a prepared call, all or none, in one transaction.
 
     Raises ReservationRefused for the first write that does not fit (``output`` names it),
-    SpaceRisk when a later cut's job is at risk (it must stop), :class:`Queued` when a first
-    write may wait, NeverFits when it never could. A call holding ``ticket`` is the waiter of
-    that place in the queue: only the calls ahead of it count against it.
+    SpaceRisk when a later cut's job is at risk (it must stop), :class:`Queued` when it may
+    wait (a first write, or a cut's growth past its working set), NeverFits when it never could,
+    WaitWontHelp when what will come cannot cover it. A call holding ``ticket`` is the waiter
+    of that place in the queue: it leaves room only for the head of the queue, if another.
     """
     evicted = 0
     for attempt in range(2):
@@ -334,34 +380,37 @@ def grant(jan: Janitor, prep: Prepared, *, ticket: str | None = None) -> WriteSe
     refused = short.decision.refusal(short.output)
     if ticket is not None:
         raise refused  # still waiting: what the call holds stays
-    if prep.first and prep.request.wait_s > 0:
+    if (prep.first or short.growth) and prep.request.wait_s > 0:
         raise _queue(jan, prep, refused, short)
     _give_back(jan, prep)
     raise refused
 
 
 def _grant(tx: Tx, jan: Janitor, prep: Prepared, ticket: str | None, evicted: int) -> WriteSession:
-    from janitor.admission.jobs import queued_ahead
+    from janitor.admission.awaiting import cache_entry, mark_awaiting
+    from janitor.admission.queue import held_for_head
     from janitor.admission.reserve import admit
 
     policy = jan.policy
     now = time.time()
     req = prep.request
-    queued: dict[int, int] = {}
-    needs: dict[int, int] = {}
+    ctx = _Granting(tx, jan, prep, ticket, evicted, now)
+    queued, needs = ctx.queued, ctx.needs
     held: list[HeldWrite] = []
+    draws: list[str] = []
     for t in prep.targets:
         tp = policy.tree(t.tree)
         w = t.write
         if t.cut:
-            assert t.folder is not None and t.recorded is not None and w.source is not None
-            job_id = prep.jobs[t.folder.folder]
-            held.append(_draw(tx, jan, tp, t, job_id, prep, ticket, queued, needs, evicted, now))
+            assert t.folder is not None
+            cut = _Cut(ctx, tp, t, prep.jobs[t.folder.folder])
+            held.append(cut.draw())
+            draws.append(cut.draw_id)
             continue
         device = _device(jan, tp)
         needs[device] = needs.get(device, 0) + w.bytes
         if prep.first and device not in queued:
-            queued[device] = queued_ahead(tx, device, ticket)
+            queued[device] = held_for_head(tx, policy, device, ticket)
         decision, info = admit(
             tx, policy, tp, w.bytes, path=t.recorded, job=req.job, owner_pid=req.owner_pid,
             owner_start=_start(req.owner_pid), ttl=jan.settings.default_ttl_s, now=now,
@@ -371,54 +420,100 @@ def _grant(tx: Tx, jan: Janitor, prep: Prepared, ticket: str | None, evicted: in
             raise _Short(decision, w.path, needs)
         if t.folder is not None and w.source is not None and t.recorded is not None:
             _note_source(tx, prep.jobs[t.folder.folder], w.source, os.path.dirname(t.recorded), 0)
+        if t.folder is None and t.recorded is not None and tp.evicts_for_room:
+            # A conversion into a cache: the entry awaits its use by the writer.
+            entry = cache_entry(policy, t.recorded)
+            if entry is not None:
+                mark_awaiting(tx, policy, entry, owner_pid=prep.writer.pid,
+                              owner_start=prep.writer.start, now=now)  # fmt: skip
         held.append(HeldWrite(info.id, w.path, w.bytes, decision.floor))
     return WriteSession(
         tuple(held),
         prep.pins,
         prep.unguarded,
         tuple(dict.fromkeys(prep.jobs.values())),
+        draws=tuple(draws),
     )
 
 
-def _draw(
-    tx: Tx,
-    jan: Janitor,
-    tp: TreePolicy,
-    t: _Target,
-    job_id: str,
-    prep: Prepared,
-    ticket: str | None,
-    queued: dict[int, int],
-    needs: dict[int, int],
-    evicted: int,
-    now: float,
-) -> HeldWrite:
-    """A cut: drawn from its job's working set for its source, reserved at the first cut."""
-    from janitor.admission.jobs import queued_ahead
-    from janitor.admission.reserve import admit, grow_reservation, read_volume
+#: A later cut whose window lies this much (or more) within windows its job cut already from
+#: the same source is a group cut again (batchalign3's Whisper fallback: the same window, a new
+#: namespace): growth past the working set. Less is the slight overlap of neighbouring groups.
+RECUT_FRACTION = 0.5
 
-    w = t.write
-    assert t.recorded is not None and w.source is not None and w.whole_bytes is not None
-    out_dir = os.path.dirname(t.recorded)
-    job = tx.jobs.get(job_id)
-    assert job is not None
-    pool = tx.reservations.pool(job_id, out_dir)
-    known = job.source(w.source)
-    vol = read_volume(jan.policy, tp)  # once: its device, floor and free space now
-    device = vol.device
-    if pool is not None and known is not None and known.output_dir == out_dir:
-        # A later cut: no new admission; stopped if its job must stop.
+
+@dataclass(slots=True)
+class _Granting:
+    """One grant transaction's shared state: the call, its place in line (``ticket``), what
+    make-room evicted, the time, and, per volume, what is held for the head of its queue and
+    what the call wants there."""
+
+    tx: Tx
+    jan: Janitor
+    prep: Prepared
+    ticket: str | None
+    evicted: int
+    now: float
+    queued: dict[int, int] = field(default_factory=dict)
+    needs: dict[int, int] = field(default_factory=dict)
+
+
+class _Cut:
+    """One cut drawn on its job's working set for its source, inside the grant transaction:
+    reserved whole at the first cut; later cuts draw on it, counting the draws still in flight
+    (other cuts racing it), and a window cut again is growth, admitted as such."""
+
+    def __init__(self, ctx: _Granting, tp: TreePolicy, t: _Target, job_id: str) -> None:
+        from janitor.admission.reserve import read_volume
+
+        assert t.recorded is not None and t.write.source is not None
+        self.ctx, self.tp, self.job_id = ctx, tp, job_id
+        self.tx, self.jan, self.prep, self.now = ctx.tx, ctx.jan, ctx.prep, ctx.now
+        self.needs = ctx.needs
+        self.w = t.write
+        self.out_dir = os.path.dirname(t.recorded)
+        self.vol = read_volume(ctx.jan.policy, tp)  # once: its device, floor and free space now
+        self.draw_id = ""
+
+    def draw(self) -> HeldWrite:
+        """The write held for this cut (a new working set, or a draw on one)."""
+        tx, w = self.tx, self.w
+        job = tx.jobs.get(self.job_id)
+        assert job is not None and w.source is not None
+        pool = tx.reservations.pool(self.job_id, self.out_dir)
+        known = job.source(w.source)
+        if pool is not None and known is not None and known.output_dir == self.out_dir:
+            held = self._later(pool, job)
+        else:
+            held = self._first(pool)
+        self.draw_id = tx.draws.add(
+            held.reservation, self.job_id, source=w.source, path=w.path, nbytes=w.bytes,
+            window=(w.start_us, w.end_us), owner_pid=self.prep.request.owner_pid,
+            owner_start=_start(self.prep.request.owner_pid), now=self.now,
+        ).id  # fmt: skip
+        return held
+
+    def _later(self, pool: ReservationInfo, job: JobInfo) -> HeldWrite:
+        """A later cut: no new admission, stopped if its job must stop; more than the working
+        set has left (counting the cuts in flight), or a window cut again, is growth."""
+        from janitor.admission.reserve import grow_reservation
+
+        tx, w, vol, now = self.tx, self.w, self.vol, self.now
         if pool.at_risk is not None and vol.free < vol.floor:
             raise SpaceRisk(pool.id, pool.volume, pool.at_risk)
-        if w.bytes <= pool.outstanding:
-            return HeldWrite(pool.id, w.path, pool.outstanding, vol.floor, pooled=True)
-        # More than the working set has left. Within the estimate's margin (each cut's file
-        # rounds up to whole blocks, which the working set cannot know) it is granted as it
-        # stands: an admitted file is never refused midway, and the floor's margin covers it.
-        # Past that (a group cut twice), the rest is admitted like any growth.
-        extra = w.bytes - pool.outstanding
-        planned = sum(s.working_set for s in job.sources if s.output_dir == out_dir)
-        if pool.bytes + extra <= planned * (1 + WORKING_SET_MARGIN) + WORKING_SET_SLACK:
+        draws = tx.draws.of_job(self.job_id)
+        again = _cut_again(draws, w)
+        balance = pool.outstanding - _in_flight(draws, pool.id)
+        extra = again + max(0, w.bytes - again - balance)
+        if not extra:
+            return HeldWrite(pool.id, w.path, max(w.bytes, balance), vol.floor, pooled=True)
+        # Within the estimate's margin (each cut's file rounds up to whole blocks, which the
+        # working set cannot know) the rest is granted as it stands: an admitted file is never
+        # refused midway, and the floor's margin covers it. A window cut again, or more than
+        # the margin, is admitted like any growth, at this cut.
+        planned = sum(s.working_set for s in job.sources if s.output_dir == self.out_dir)
+        margin = planned * (1 + WORKING_SET_MARGIN) + WORKING_SET_SLACK
+        if not again and pool.bytes + extra <= margin:
             tx.reservations.set_bytes(pool.id, pool.bytes + extra)
             tx.log.add(
                 "grow", tree=pool.tree, device=pool.device, reservation=pool.id,
@@ -426,35 +521,80 @@ def _draw(
                 within_margin=True,
             )  # fmt: skip
             return HeldWrite(pool.id, w.path, w.bytes, vol.floor, pooled=True)
-        needs[device] = needs.get(device, 0) + extra
-        decision, grown = grow_reservation(tx, jan.policy, tp, pool.id, pool.bytes + extra, now=now)
-        if grown is None:
-            raise _Short(decision, w.path, needs)
-        return HeldWrite(pool.id, w.path, w.bytes, decision.floor, pooled=True)
-    # The first cut from this source into this folder: the whole source's working set.
-    working_set = w.whole_bytes
-    needs[device] = needs.get(device, 0) + working_set
-    if prep.first and device not in queued:
-        queued[device] = queued_ahead(tx, device, ticket)
-    if pool is None:
-        writer = prep.writer
-        decision, info = admit(
-            tx, jan.policy, tp, working_set, path=out_dir, job=prep.request.job,
-            owner_pid=writer.pid, owner_start=writer.start, ttl=math.inf, now=now,
-            evicted=evicted, queued=queued.get(device, 0), job_id=job_id, log_refusal=False,
-        )  # fmt: skip
-        if info is None:
-            raise _Short(decision, w.path, needs)
-        pool = info
-    else:  # another source cutting into the same folder: its working set joins
+        device = vol.device
+        self.needs[device] = self.needs.get(device, 0) + extra
         decision, grown = grow_reservation(
-            tx, jan.policy, tp, pool.id, pool.bytes + working_set, now=now
+            tx, self.jan.policy, self.tp, pool.id, pool.bytes + extra, now=now
         )
         if grown is None:
-            raise _Short(decision, w.path, needs)
-        pool = grown
-    _note_source(tx, job_id, w.source, out_dir, working_set)
-    return HeldWrite(pool.id, w.path, max(pool.outstanding, w.bytes), decision.floor, pooled=True)
+            raise _Short(decision, w.path, self.needs, growth=True)
+        if again:
+            tx.log.add(
+                "recut", tree=pool.tree, device=pool.device, reservation=pool.id, nbytes=again,
+                path=w.path, ts=now, job_id=self.job_id,
+            )  # fmt: skip
+        return HeldWrite(pool.id, w.path, max(w.bytes, balance + extra), decision.floor, True)
+
+    def _first(self, pool: ReservationInfo | None) -> HeldWrite:
+        """The first cut from this source into this folder: the whole source's working set."""
+        from janitor.admission.queue import held_for_head
+        from janitor.admission.reserve import admit, grow_reservation
+
+        tx, w, vol, now, prep = self.tx, self.w, self.vol, self.now, self.prep
+        assert w.whole_bytes is not None and w.source is not None
+        working_set = w.whole_bytes
+        device = vol.device
+        self.needs[device] = self.needs.get(device, 0) + working_set
+        queued = self.ctx.queued
+        if prep.first and device not in queued:
+            queued[device] = held_for_head(tx, self.jan.policy, device, self.ctx.ticket)
+        if pool is None:
+            writer = prep.writer
+            decision, info = admit(
+                tx, self.jan.policy, self.tp, working_set, path=self.out_dir,
+                job=prep.request.job, owner_pid=writer.pid, owner_start=writer.start,
+                ttl=math.inf, now=now, evicted=self.ctx.evicted, queued=queued.get(device, 0),
+                job_id=self.job_id, log_refusal=False,
+            )  # fmt: skip
+            if info is None:
+                raise _Short(decision, w.path, self.needs)
+            pool = info
+        else:  # another source cutting into the same folder: its working set joins
+            decision, grown = grow_reservation(
+                tx, self.jan.policy, self.tp, pool.id, pool.bytes + working_set, now=now
+            )
+            if grown is None:
+                raise _Short(decision, w.path, self.needs, growth=not prep.first)
+            pool = grown
+        _note_source(tx, self.job_id, w.source, self.out_dir, working_set)
+        return HeldWrite(pool.id, w.path, max(pool.outstanding, w.bytes), decision.floor, True)
+
+
+def _cut_again(draws: Sequence[DrawInfo], w: PlannedWrite) -> int:
+    """The bytes of cut ``w`` whose window its job cut already from the same source (a group
+    cut again), or 0: less than :data:`RECUT_FRACTION` of it is a neighbour's overlap."""
+    if w.start_us is None or w.end_us is None or w.end_us <= w.start_us:
+        return 0
+    span = w.end_us - w.start_us
+    covered = sum(d.overlap_us(w.start_us, w.end_us) for d in draws if d.source == w.source)
+    if covered < span * RECUT_FRACTION:
+        return 0
+    return w.bytes * min(covered, span) // span
+
+
+def _in_flight(draws: Sequence[DrawInfo], reservation: str) -> int:
+    """What the cuts still running on ``reservation`` have yet to write: their bytes less
+    what their output holds (a cut whose guard died has written all it will)."""
+    from janitor.host.owner import still_alive
+    from janitor.host.space import allocated_size
+
+    total = 0
+    for d in draws:
+        if d.state != "live" or d.reservation != reservation:
+            continue
+        if still_alive(d.owner_pid, d.owner_start):
+            total += max(0, d.bytes - allocated_size(d.path))
+    return total
 
 
 def _note_source(tx: Tx, job_id: str, source: str, out_dir: str | None, working_set: int) -> None:
@@ -503,39 +643,75 @@ def _give_back(jan: Janitor, prep: Prepared) -> None:
 # -- 3. room, then a turn --------------------------------------------------------------------------
 
 
-def _queue(jan: Janitor, prep: Prepared, refused: ReservationRefused, short: _Short) -> Exception:
-    """Queue a refused first write, or say it never fits (refused at once): NeverFits takes its
-    numbers from the decision that refused, asking for all the call wants on the volume."""
+def _cannot_wait(
+    jan: Janitor, prep: Prepared, refused: ReservationRefused, device: int, need: int
+) -> ReservationRefused | None:
+    """Why waiting cannot make ``need`` bytes fit on ``device`` (NeverFits: more than the
+    volume could ever give; WaitWontHelp: more than the work on it will give back), or None
+    when it may. The call's own pinned sources count for neither: they stay while it waits."""
     from janitor.admission.jobs import capacity
+    from janitor.admission.queue import will_come
     from janitor.admission.volume import Volume
 
-    tp = jan.policy.tree(refused.tree)
-    vol = Volume.at(jan.policy, tp.path)
-    need = short.needs.get(vol.device, refused.requested)
+    vol = Volume.at(jan.policy, jan.policy.tree(refused.tree).path)
+    whole = replace(_numbers(refused), requested=need, queued=0)
     with jan.ledger.read() as tx:
         own = [tx.jobs.get(j) for j in set(prep.jobs.values())]
         kept = frozenset(s.source for j in own if j is not None for s in j.sources if s.pin)
         cap = capacity(tx, jan.policy, vol, kept=kept)
-    if need > cap.most:
+        if need > cap.most:
+            return NeverFits(whole, output=refused.output, capacity=cap.total, held=cap.held)
+        coming = will_come(tx, jan.policy, device, kept=kept).total
+    lacks = need - max(0, refused.free - refused.floor - refused.reserved)
+    if lacks > coming:
+        return WaitWontHelp(whole, output=refused.output, waited_s=refused.waited_s, coming=coming)
+    return None
+
+
+def _numbers(refused: ReservationRefused) -> Admission:
+    """The decision behind a refusal, as admission made it."""
+    from janitor.admission.reserve import Admission
+
+    return Admission(
+        tree=refused.tree, volume=refused.volume, device=0, requested=refused.requested,
+        free=refused.free, floor=refused.floor, reserved=refused.reserved,
+        evicted=refused.evicted, queued=refused.queued,
+    )  # fmt: skip
+
+
+def _queue(jan: Janitor, prep: Prepared, refused: ReservationRefused, short: _Short) -> Exception:
+    """Queue a refused first write (or a cut's growth), or say why waiting cannot help
+    (:func:`_cannot_wait`: refused at once, with all the call wants on the volume). A growth
+    waits ahead of the first writes that came after its job began: its compute is spent."""
+    from janitor.admission.volume import Volume
+
+    tp = jan.policy.tree(refused.tree)
+    device = Volume.at(jan.policy, tp.path).device
+    need = short.needs.get(device, refused.requested)
+    hopeless = _cannot_wait(jan, prep, refused, device, need)
+    if hopeless is not None:
         _give_back(jan, prep)
-        whole = replace(short.decision, requested=need, queued=0)
-        return NeverFits(whole, output=refused.output, capacity=cap.total, held=cap.held)
+        return hopeless
     req = prep.request
     what = refused.output or "?"
 
     def enqueue(tx: Tx) -> Waiter:
         tx.waiters.remove_of(req.owner_pid)  # a place it lost track of must not wait ahead of it
+        since = time.time()
+        if short.growth:
+            since = min([since, *(j.created for j in map(tx.jobs.get, prep.jobs.values()) if j)])
         return tx.waiters.add(
-            vol.device, need, owner_pid=req.owner_pid, owner_start=_start(req.owner_pid),
-            since=time.time(), what=what,
+            device, need, owner_pid=req.owner_pid, owner_start=_start(req.owner_pid),
+            since=since, what=what,
         )  # fmt: skip
 
     waiter = jan.ledger.call(enqueue)
     with jan.ledger.read() as tx:
-        ahead = [w for w in tx.waiters.on(vol.device) if w.since < waiter.since]
-        held = len(_live_on(tx, vol.device))
+        ahead = [w for w in tx.waiters.on(device) if w.since < waiter.since]
+        held = len(_live_on(tx, device))
+    kind = "a cut past its job's working set (a group cut again) " if short.growth else ""
     message = (
-        f"waiting for {format_size(need)} on volume {refused.volume} to write {what}: "
+        f"{kind}waiting for {format_size(need)} on volume {refused.volume} to write {what}: "
         f"{format_size(max(0, refused.free - refused.floor - refused.reserved))} free above the "
         f"floor, {format_size(refused.reserved)} held by {held} running job"
         f"{'' if held == 1 else 's'} and write"
@@ -561,22 +737,32 @@ def wait(
 ) -> WriteSession:
     """Admit a queued call in its turn, within its ``wait_s``: tried again whenever space is
     freed here (a release, a job's end: ``jan.space``) and every POLL_S anyway; room is made
-    again every ROOM_EVERY_S. ReservationRefused (with the seconds waited) when time is up.
+    again every ROOM_EVERY_S, and every HOPE_EVERY_S it asks whether the space it waits for
+    can still come (the work it counted on may have ended without giving enough back).
+    ReservationRefused (with the seconds waited) when time is up, or waiting cannot help.
 
     ``still_wanted()`` False (the caller is gone) ends the wait at once.
     """
     started = time.monotonic()
     deadline = started + prep.request.wait_s
-    last_room = started
+    last_room = last_hope = started
+    with jan.ledger.read() as tx:
+        place = tx.waiters.get(ticket)
     try:
         while True:
             try:
                 session = grant(jan, prep, ticket=ticket)
             except ReservationRefused as exc:
                 now = time.monotonic()
+                final: ReservationRefused | None = None
                 if now >= deadline or not still_wanted():
+                    final = exc
+                elif place is not None and now - last_hope >= HOPE_EVERY_S:
+                    last_hope = now
+                    final = _cannot_wait(jan, prep, exc, place.device, place.bytes)
+                if final is not None:
                     _give_back(jan, prep)
-                    final = _waited(exc, now - started)
+                    final = _waited(final, now - started)
                     jan.ledger.call(log_refuse_error, final, prep.request.job, time.time())
                     raise final from None
                 if now - last_room >= ROOM_EVERY_S:
@@ -586,8 +772,9 @@ def wait(
                 continue
             waited = time.monotonic() - started
             return WriteSession(
-                session.writes, session.pins, session.unguarded, session.jobs, waited
-            )
+                session.writes, session.pins, session.unguarded, session.jobs, waited,
+                session.draws,
+            )  # fmt: skip
     finally:
         jan.ledger.call(lambda tx: tx.waiters.remove(ticket))
         jan.space.notify()  # the next in line
@@ -632,16 +819,20 @@ def close_writes(
     *,
     job: str | None = None,
     run: str | None = None,
+    draws: Sequence[str] = (),
 ) -> None:
-    """End what a call alone held (those already ended are skipped; a job's stay), after one
-    ``wrote`` line per output in the log: what ``janitor run`` sums up as written, whether the
-    bytes were drawn on a reservation of the call's own or on its job's working set."""
-    if written:
+    """End what a call alone held (those already ended are skipped; a job's stay) and its
+    draws on its jobs' working sets (no longer in flight: what they wrote is in the folder),
+    after one ``wrote`` line per output in the log: what ``janitor run`` sums up as written,
+    whether the bytes were drawn on a reservation of the call's own or on its job's working
+    set."""
+    if written or draws:
 
         def note(tx: Tx) -> None:
             now = time.time()
             for w in written:
                 tx.log.add("wrote", path=w.path, nbytes=w.bytes, ts=now, job=job, run=run)
+            tx.draws.finish(list(draws))
 
         jan.ledger.call(note)
     for rid in reservations:

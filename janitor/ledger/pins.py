@@ -112,6 +112,22 @@ class Pins:
         )  # fmt: skip
         return info
 
+    def awaiting_on(self, tree: str, unit: str) -> list[PinInfo]:
+        """The live ``await`` pins on entry ``unit`` of ``tree`` (owners not checked)."""
+        rows = self._conn.execute(
+            f"SELECT {_COLUMNS} FROM pins WHERE state = 'live' AND kind = ? AND tree = ? "
+            "AND unit = ?",
+            (AWAIT, tree, unit),
+        ).fetchall()
+        return [_from_row(r) for r in rows]
+
+    def extend(self, pin_id: str, expires: float) -> None:
+        """Push a live pin's end to ``expires`` (never earlier than it was)."""
+        self._conn.execute(
+            "UPDATE pins SET expires = max(expires, ?) WHERE id = ? AND state = 'live'",
+            (expires, pin_id),
+        )
+
     def take_over(
         self, tree: str, unit: str, *, owner_pid: int, owner_start: float | None, job: str,
         now: float,

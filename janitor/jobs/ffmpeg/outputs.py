@@ -204,6 +204,9 @@ def _estimate_output(
         head = wav
     header = head + (data & 1) if head else 0
     cut = window.timed() or asked.window.timed()
+    start_us = None
+    if cut and window.sseof is None and asked.window.sseof is None:
+        start_us = (window.ss or 0) + (asked.window.ss or 0)
     return OutputEstimate(
         path,
         data + header,
@@ -215,6 +218,7 @@ def _estimate_output(
         header_bytes=header,
         input_index=index,
         whole_bytes=_whole_bytes(info, enc, shape, head) if cut else None,
+        start_us=start_us,
     )
 
 

@@ -133,7 +133,9 @@ class OutputEstimate(_Record):
     ``whole_bytes``: for a cut (a window of its input: ``-ss``/``-to``/``-t``), what the whole
     input would take in the same format, header included: a job's working set when it cuts
     the input group by group and keeps every group; None for an output of the whole input, or
-    an input whose duration is unknown.
+    an input whose duration is unknown. ``start_us``: for a cut, where its window starts in
+    the input (microseconds; None when it cannot be told, e.g. ``-sseof``): with
+    ``duration_s``, which part of the input it holds.
     """
 
     __slots__ = (
@@ -146,6 +148,7 @@ class OutputEstimate(_Record):
         "input_index",
         "path",
         "sample_rate",
+        "start_us",
         "whole_bytes",
     )
 
@@ -162,6 +165,7 @@ class OutputEstimate(_Record):
         header_bytes: int,
         input_index: int,
         whole_bytes: int | None = None,
+        start_us: int | None = None,
     ) -> None:
         self.path = path
         self.bytes = bytes
@@ -173,6 +177,7 @@ class OutputEstimate(_Record):
         self.header_bytes = header_bytes
         self.input_index = input_index
         self.whole_bytes = whole_bytes
+        self.start_us = start_us
 
 
 class NotEstimable(_Record):

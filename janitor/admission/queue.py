@@ -1,0 +1,113 @@
+"""The queue of writes waiting for room on a volume: who may wait, and who may pass whom.
+
+A job's first write that does not fit now may wait (``guard_wait_s``), but only for space that
+will come: :func:`will_come` is what the running work on the volume gives back once it ends
+(the live reservations: a job's whole working set, its folder removed with it; what any other
+write has still to write) and what its caches hold (taken by make-room now, or once the pin or
+awaiting-use mark on an entry ends). Other waiters give nothing back, and neither does what
+no reservation or cache holds. A write that lacks more than that is refused at once
+(:class:`~janitor.errors.WaitWontHelp`): waiting would only spend the job's time.
+
+Among the waiters of a volume, the first in line (the *head*) is never delayed by those behind
+it, and a waiter that cannot be served now does not hold back one behind it that can: Slurm's
+backfill with a reservation for the head of the queue. A later write may be admitted ahead of
+the head when, with its bytes taken, what the volume holds free plus what the work that ran
+when the head began to wait gives back still covers the head (:func:`held_for_head`); so the
+head is served no later than when that work ends, and a big job is never starved by small
+ones passing it one after another (what they take comes from work that started after the head
+queued, which the head's promise does not count on).
+
+Everything here runs inside the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from janitor.admission.reserve import live_reservations
+from janitor.host.owner import still_alive
+from janitor.host.space import allocated_size
+
+if TYPE_CHECKING:
+    from janitor.config.policy import Policy
+    from janitor.ledger.tx import Tx
+
+__all__ = ["Coming", "held_for_head", "will_come"]
+
+#: How long a cache's measured size is reused: every admission on a volume where a call waits
+#: asks it, under the ledger's writer lock, and a cache holds thousands of entries.
+_CACHE_SIZE_TTL_S = 2.0
+_sizes: dict[str, tuple[float, int]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Coming:
+    """Bytes that will come back on a volume: from its live reservations when they end, and
+    from its caches (by make-room now, or once their pins and awaiting-use marks end)."""
+
+    reservations: int
+    caches: int
+
+    @property
+    def total(self) -> int:
+        """All of it."""
+        return self.reservations + self.caches
+
+
+def _cache_bytes(root: str) -> int:
+    now = time.monotonic()
+    seen = _sizes.get(root)
+    if seen is not None and now - seen[0] < _CACHE_SIZE_TTL_S:
+        return seen[1]
+    size = allocated_size(root)
+    _sizes[root] = (now, size)
+    return size
+
+
+def will_come(
+    tx: Tx,
+    policy: Policy,
+    device: int,
+    *,
+    before: float | None = None,
+    kept: frozenset[str] = frozenset(),
+) -> Coming:
+    """What the work on volume ``device`` gives back (see the module's docstring). ``before``:
+    only reservations made by then count (the work that ran when a waiter began to wait).
+    ``kept``: files the asker keeps for itself (its job's pinned sources): they never come
+    back to it."""
+    from janitor.config.policy import trees_by_device
+
+    back = 0
+    for r in live_reservations(tx, device=device):
+        if before is not None and r.created > before:
+            continue
+        # A job's working set comes back whole (its folder goes with the job); any other
+        # write keeps what it wrote (a conversion into a cache is counted with the cache).
+        back += r.bytes if r.job_id is not None else r.outstanding
+    caches = trees_by_device(t for t in policy.trees.values() if t.evicts_for_room)
+    roots = [os.path.normpath(os.path.abspath(t.path)) for t in caches.get(device, ())]
+    held = sum(_cache_bytes(root) for root in roots)
+    inside = tuple(root + os.sep for root in roots)
+    held -= sum(allocated_size(path) for path in kept if path.startswith(inside))
+    return Coming(back, max(0, held))
+
+
+def held_for_head(tx: Tx, policy: Policy, device: int, me: str | None) -> int:
+    """Bytes a write on ``device`` must leave free for the first call in line there (0 when
+    it is that call, or none waits): the head's need less what the work that ran when it began
+    to wait will give back. ``me``: the asker's place in line (None: not queued). Waiters whose
+    process died are taken off the queue."""
+    head = None
+    for w in tx.waiters.on(device):
+        if not still_alive(w.owner_pid, w.owner_start):
+            tx.waiters.remove(w.id)
+            continue
+        head = w
+        break
+    if head is None or head.id == me:
+        return 0
+    return max(0, head.bytes - will_come(tx, policy, device, before=head.since).total)
