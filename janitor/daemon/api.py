@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import queue
 import threading
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = ["DaemonView", "Offload", "create_app", "serve_app"]
 
 _T = TypeVar("_T")
+log = logging.getLogger("janitor.daemon")
 
 
 class DaemonView(Protocol):
@@ -209,6 +211,27 @@ class GuardCall(BaseModel):
     )
 
 
+class ProbeCall(BaseModel):
+    """One ffprobe call as a guarded ffprobe got it (``POST /v1/guard/probe``): its arguments
+    and folder, the guard and its parent (the prober), the real ffprobe, the variables that
+    shape it (``TMPDIR``: where the prober's jobs go; ``JANITOR_POLICY``,
+    ``JANITOR_CACHE_DIR``) and what ``janitor shim install`` resolved (``policy``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    args: list[Annotated[str, Field(max_length=65536)]] = Field(max_length=4096)
+    cwd: str = Field(min_length=1, max_length=4096)
+    owner_pid: int = Field(ge=1, description="The guard's pid.")
+    writer_pid: int | None = Field(default=None, ge=1, description="The guard's parent.")
+    ffprobe: str = Field(min_length=1, max_length=4096, description="The real ffprobe it runs.")
+    env: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, max_length=16
+    )
+    config: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, max_length=16
+    )
+
+
 class EstimateRequest(BaseModel):
     """An ffmpeg argument list (without ``ffmpeg``) whose output bytes are wanted."""
 
@@ -339,6 +362,16 @@ class Offload:
         self._name = name
         self._threads = 0
         self._idle = 0
+        self._after = threading.local()
+
+    def after(self, work: Callable[[], object]) -> None:
+        """From inside a call: run ``work`` in the same worker once the call's answer is
+        handed back (what need not delay the answer). Its errors are logged, not raised."""
+        pending: list[Callable[[], object]] | None = getattr(self._after, "work", None)
+        if pending is None:
+            work()  # not inside a worker: at once
+        else:
+            pending.append(work)
 
     async def run(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)`` in a worker; its exception is raised here."""
@@ -363,16 +396,24 @@ class Offload:
             if item is None:
                 return
             loop, fut, fn, args = item
+            pending: list[Callable[[], object]] = []
+            self._after.work = pending
             try:
                 result, error = fn(*args), None
             except BaseException as exc:  # handed to the awaiting request
                 result, error = None, exc
-            with self._lock:
-                self._idle += 1
             try:
                 loop.call_soon_threadsafe(_settle, fut, result, error)
             except RuntimeError:  # the loop is closed: nobody waits any more
                 pass
+            self._after.work = None
+            for work in pending:
+                try:
+                    work()
+                except Exception:
+                    log.exception("work after an answer failed")
+            with self._lock:
+                self._idle += 1
 
     def close(self) -> None:
         """Let idle workers end (busy ones end after their call)."""
@@ -412,8 +453,10 @@ def _janitor_error(exc: JanitorError) -> JSONResponse:
 class _Calls:
     """The blocking halves of the endpoints, run in the offload threads."""
 
-    def __init__(self, daemon: DaemonView) -> None:
+    def __init__(self, daemon: DaemonView, offload: Offload) -> None:
         self.daemon = daemon
+        #: Work to run after an answer is handed back (janitor.jobs.probe_call's marking).
+        self.after = offload.after
         #: Queued calls by ticket, between their 202 answer and their wait (and since when).
         self._queued: dict[str, tuple[Any, float]] = {}
         self._queued_lock = threading.Lock()
@@ -561,6 +604,19 @@ class _Calls:
             self._park(verdict.body["ticket"], verdict.prepared)
         return verdict.status, _dumps(verdict.body)
 
+    def guard_probe(self, req: ProbeCall) -> tuple[int, bytes]:
+        from janitor.jobs.probe_call import decide_probe
+
+        if not os.path.isabs(req.cwd):
+            return 422, _dumps({"error": "bad_request", "message": f"cwd {req.cwd!r} is relative"})
+        verdict = decide_probe(
+            self.daemon.janitor,
+            req.model_dump(),
+            policy_path=str(self.daemon.settings.policy_path),
+            defer=self.after,
+        )
+        return verdict.status, _dumps(verdict.body)
+
     def guard_call_wait(self, req: GuardWait) -> tuple[int, bytes]:
         from janitor.host.owner import is_alive, process_start
         from janitor.jobs.call import decide_wait
@@ -630,7 +686,7 @@ def create_app(daemon: DaemonView, offload: Offload | None = None) -> FastAPI:
     off = offload or Offload()
     # Queued calls wait in threads of their own, so a queue never holds up the API.
     waits = Offload(max_workers=256, name="janitor-api-wait")
-    calls = _Calls(daemon)
+    calls = _Calls(daemon, off)
     app = FastAPI(
         title="space-janitor",
         version=daemon.state.version,
@@ -759,6 +815,20 @@ def create_app(daemon: DaemonView, offload: Offload | None = None) -> FastAPI:
         ``POST /v1/guard/call/wait``) or ``refuse`` (507); ``say`` is the stderr line to
         print and ``log`` the ``guard.log`` line to write (``debug``: at DEBUG)."""
         status, body = await off.run(calls.guard_call, req)
+        return _json(body, status)
+
+    @app.post(
+        "/v1/guard/probe",
+        response_model=dict[str, Any],
+        responses={507: {"description": "Refused: the probed WAV's alignment can never fit"},
+                   **errors},
+    )  # fmt: skip
+    async def guard_probe(req: ProbeCall) -> Any:
+        """One ffprobe call of a guarded ffprobe: the cache entries it probes are marked
+        awaiting use for its caller; ``exec`` (run the real ffprobe) or ``refuse`` (507: a cached
+        WAV whose alignment could never fit in the caller's ``TMPDIR``), with the lines to print
+        and log."""
+        status, body = await off.run(calls.guard_probe, req)
         return _json(body, status)
 
     @app.post(

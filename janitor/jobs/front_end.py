@@ -8,10 +8,11 @@ Two front ends stand for ``ffmpeg`` on a PATH (``janitor shim install``, ``janit
   as ``BIN/ffmpeg``, a few milliseconds a call. Beside it ``BIN/ffmpeg.guard``: the Python
   guard's script, whose ``#%`` lines are the program's settings (socket, log folder, policy,
   wait, probe cache, the interpreter) and which the program runs with that interpreter when the
-  daemon does not take a call.
-* **python**: ``BIN/ffmpeg`` is the Python guard's script itself (``#!python -IS``), as before:
-  what a machine without a compiler (or whose compiler cannot build it) gets, or one that asks
-  for it (``JANITOR_GUARD_FRONT_END=python``).
+  daemon does not take a call. The same program is ``BIN/ffprobe`` too (it knows itself by its
+  name), beside ``BIN/ffprobe.guard``, the guarded ffprobe's Python front end.
+* **python**: ``BIN/ffmpeg`` and ``BIN/ffprobe`` are the Python guards' scripts themselves
+  (``#!python -IS``): what a machine without a compiler (or whose compiler cannot build it)
+  gets, or one that asks for it (``JANITOR_GUARD_FRONT_END=python``).
 
 Each file says which front end it is and why, in a comment line that ``janitor shim status``
 and ``janitor doctor`` read back.
@@ -34,6 +35,7 @@ from janitor.jobs.guard import GUARD_MARK
 __all__ = [
     "FRONT_END_ENV",
     "NATIVE_DIR_ENV",
+    "PROGRAMS",
     "SIDECAR",
     "FrontEnd",
     "Layout",
@@ -52,6 +54,11 @@ FRONT_END_ENV = "JANITOR_GUARD_FRONT_END"
 NATIVE_DIR_ENV = "JANITOR_NATIVE_DIR"
 #: The Python guard beside the compiled one, named after it: ``ffmpeg.guard``.
 SIDECAR = "ffmpeg.guard"
+#: What each guarded program is, and the module of its Python front end.
+PROGRAMS = {
+    "ffmpeg": ("ffmpeg, with every big write reserved first", "janitor.jobs.guard"),
+    "ffprobe": ("ffprobe, marking the cache entries it probes in use", "janitor.jobs.probe_guard"),
+}
 #: The line of each file saying which front end it is, and why.
 _FRONT_LINE = "# Front end: "
 
@@ -113,30 +120,37 @@ def _settings_of(settings: Settings) -> dict[str, object]:
     }
 
 
-def _body(settings: Settings) -> str:
+def _body(settings: Settings, program: str = "ffmpeg") -> str:
     args = ", ".join(f"{k}={v!r}" for k, v in _settings_of(settings).items())
     return (
         "import sys\n"
         f"sys.path[:0] = {_import_paths()!r}\n"
-        "from janitor.jobs.guard import main\n"
+        f"from {PROGRAMS[program][1]} import main\n"
         f"sys.exit(main({args}))\n"
     )
 
 
-def script(settings: Settings, *, python: str | None = None, why: str | None = None) -> str:
-    """The Python front end's script, for this interpreter and these settings."""
+def script(
+    settings: Settings,
+    *,
+    python: str | None = None,
+    why: str | None = None,
+    program: str = "ffmpeg",
+) -> str:
+    """The Python front end's script of ``program`` (``ffmpeg`` or ``ffprobe``), for this
+    interpreter and these settings."""
     interpreter = python or sys.executable
     return (
         f"#!{interpreter} -IS\n"
-        f"{GUARD_MARK.decode()}: ffmpeg, with every big write reserved first.\n"
+        f"{GUARD_MARK.decode()}: {PROGRAMS[program][0]}.\n"
         "# Written by `janitor shim install`; `janitor shim uninstall` removes it.\n"
         + (f"{_FRONT_LINE}python ({why}).\n" if why else "")
-        + _body(settings)
+        + _body(settings, program)
     )
 
 
-def _sidecar(settings: Settings, front: FrontEnd, python: str) -> str:
-    """The compiled front end's ``ffmpeg.guard``: its settings and the Python guard."""
+def _sidecar(settings: Settings, front: FrontEnd, python: str, program: str = "ffmpeg") -> str:
+    """The compiled front end's ``NAME.guard``: its settings and the Python guard."""
     values = _settings_of(settings)
     lines = {
         "python": python,
@@ -149,13 +163,13 @@ def _sidecar(settings: Settings, front: FrontEnd, python: str) -> str:
     }
     return (
         f"#!{python} -IS\n"
-        f"{GUARD_MARK.decode()}: ffmpeg, with every big write reserved first.\n"
+        f"{GUARD_MARK.decode()}: {PROGRAMS[program][0]}.\n"
         "# Written by `janitor shim install`; `janitor shim uninstall` removes it.\n"
         f"{_FRONT_LINE}compiled ({front.why}).\n"
-        "# The program `ffmpeg` beside this file reads the lines that start with #% and runs\n"
-        "# this file with Python when the daemon does not take a call.\n"
+        f"# The program `{program}` beside this file reads the lines that start with #% and\n"
+        "# runs this file with Python when the daemon does not take a call.\n"
         + "".join(f"#% {k} {v}\n" for k, v in lines.items())
-        + _body(settings)
+        + _body(settings, program)
     )
 
 
@@ -222,8 +236,14 @@ def layout(settings: Settings, front: FrontEnd, *, python: str | None = None) ->
     """The files ``front`` is made of, for these settings; ConfigError when its build is gone."""
     interpreter = python or sys.executable
     if front.kind == "python":
-        text = script(settings, python=interpreter, why=front.why)
-        return Layout(front, (("ffmpeg", text.encode(), 0o755),))
+        return Layout(
+            front,
+            tuple(
+                (name, script(settings, python=interpreter, why=front.why, program=name).encode(),
+                 0o755)
+                for name in PROGRAMS
+            ),
+        )  # fmt: skip
     assert front.build is not None
     try:
         program = front.build.read_bytes()
@@ -231,8 +251,11 @@ def layout(settings: Settings, front: FrontEnd, *, python: str | None = None) ->
         raise ConfigError(
             f"cannot read the compiled guard {front.build}: {exc.strerror}; run the command again"
         ) from None
-    sidecar = _sidecar(settings, front, interpreter).encode()
-    return Layout(front, ((SIDECAR, sidecar, 0o644), ("ffmpeg", program, 0o755)))
+    files: list[tuple[str, bytes, int]] = []
+    for name in PROGRAMS:  # each program's sidecar before it, so it never runs without it
+        sidecar = _sidecar(settings, front, interpreter, name).encode()
+        files += [(f"{name}.guard", sidecar, 0o644), (name, program, 0o755)]
+    return Layout(front, tuple(files))
 
 
 def write_layout(folder: Path, lay: Layout) -> Path:
@@ -253,9 +276,10 @@ def write_layout(folder: Path, lay: Layout) -> Path:
                 pass
             raise
     if lay.front.kind == "python":
-        stale = folder / SIDECAR
-        if _marked(stale):
-            stale.unlink()
+        for name in PROGRAMS:
+            stale = folder / f"{name}.guard"
+            if _marked(stale):
+                stale.unlink()
     return folder / "ffmpeg"
 
 
@@ -267,7 +291,7 @@ def matches(folder: Path, lay: Layout) -> bool:
                 return False
         except OSError:
             return False
-    return lay.front.kind != "python" or not _marked(folder / SIDECAR)
+    return lay.front.kind != "python" or not any(_marked(folder / f"{n}.guard") for n in PROGRAMS)
 
 
 def _marked(path: Path) -> bool:

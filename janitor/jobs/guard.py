@@ -41,6 +41,7 @@ from janitor.jobs.call import (
     stopped_before_line,
     unguarded_line,
 )
+from janitor.jobs.mark import GUARD_MARK, is_guard
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ __all__ = [
     "GUARD_MARK",
     "INFO_OPTIONS",
     "asks_only_for_information",
+    "find_real",
     "find_real_ffmpeg",
     "is_guard",
     "main",
@@ -69,8 +71,6 @@ __all__ = [
 EXIT_REFUSED = 75
 #: No real ffmpeg to run (what a shell says for a command it cannot find).
 EXIT_NO_FFMPEG = 127
-#: Every guard script carries this line; the search for the real ffmpeg skips such files.
-GUARD_MARK = b"# space-janitor guard"
 #: Set by the compiled front end when it hands a call to this guard: why (the daemon did not
 #: answer, or answered what it did not understand).
 FALLBACK_ENV = "JANITOR_GUARD_FALLBACK"
@@ -114,51 +114,36 @@ def asks_only_for_information(args: Sequence[str]) -> bool:
 # -- finding the real ffmpeg -----------------------------------------------------------------------
 
 
-def _marked(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(512)
-    except OSError:
-        return False
-    return GUARD_MARK in head
-
-
-def is_guard(path: str) -> bool:
-    """A guard of ours: the mark in its first 512 bytes (the Python front end's script), or an
-    ``ffmpeg.guard`` with the mark beside the file it resolves to (the compiled front end,
-    whose settings and Python fallback that file is)."""
-    if _marked(path):
-        return True
-    try:
-        real = os.path.realpath(path)
-    except (OSError, ValueError):
-        return False
-    return _marked(real + ".guard")
-
-
-def find_real_ffmpeg(env: dict[str, str] | None = None, me: str | None = None) -> str:
-    """The ffmpeg to run: ``JANITOR_FFMPEG``, else the first ``ffmpeg`` on ``PATH`` that is not a
-    guard (never this program). GuardError with a one-line reason when there is none."""
+def find_real(
+    name: str = "ffmpeg", env: dict[str, str] | None = None, me: str | None = None
+) -> str:
+    """The program ``name`` (``ffmpeg`` or ``ffprobe``) to run: ``JANITOR_FFMPEG`` (or
+    ``JANITOR_FFPROBE``), else the first of that name on ``PATH`` that is not a guard (never
+    this program). GuardError with a one-line reason when there is none."""
     env = os.environ if env is None else env  # type: ignore[assignment]
     assert env is not None
+    variable = f"JANITOR_{name.upper()}"
     mine = os.path.realpath(me or sys.argv[0])
-    chosen = env.get("JANITOR_FFMPEG")
+    chosen = env.get(variable)
     if chosen:
         if not (os.path.isfile(chosen) and os.access(chosen, os.X_OK)):
-            raise GuardError(f"JANITOR_FFMPEG={chosen} is not an executable file")
+            raise GuardError(f"{variable}={chosen} is not an executable file")
         if os.path.realpath(chosen) == mine or is_guard(chosen):
-            raise GuardError(f"JANITOR_FFMPEG={chosen} is the guard itself; point it at ffmpeg")
+            raise GuardError(f"{variable}={chosen} is the guard itself; point it at {name}")
         return chosen
     for folder in env.get("PATH", os.defpath).split(os.pathsep):
-        candidate = os.path.join(folder or ".", "ffmpeg")
+        candidate = os.path.join(folder or ".", name)
         if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
             continue
         if os.path.realpath(candidate) == mine or is_guard(candidate):
             continue
         return candidate
-    raise GuardError(
-        "no ffmpeg found on PATH after the guard; install ffmpeg or set JANITOR_FFMPEG"
-    )
+    raise GuardError(f"no {name} found on PATH after the guard; install ffmpeg or set {variable}")
+
+
+def find_real_ffmpeg(env: dict[str, str] | None = None, me: str | None = None) -> str:
+    """The ffmpeg to run (:func:`find_real`)."""
+    return find_real("ffmpeg", env, me)
 
 
 # -- the two ways to hold a call's writes ----------------------------------------------------------

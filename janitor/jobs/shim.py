@@ -22,7 +22,7 @@ from typing import Any
 from janitor.config.settings import APP_NAME, Settings
 from janitor.errors import ConfigError
 from janitor.jobs.front_end import (
-    SIDECAR,
+    PROGRAMS,
     FrontEnd,
     choose,
     installed,
@@ -135,12 +135,17 @@ def state(
 
 
 def _refuse_foreign(folder: Path) -> None:
-    target = folder / "ffmpeg"
-    if (target.exists() or target.is_symlink()) and not is_guard(target):
-        raise ConfigError(f"{target} exists and is not a space-janitor guard; choose another --dir")
-    side = folder / SIDECAR
-    if side.exists() and installed(folder) is None and not is_guard(side):
-        raise ConfigError(f"{side} exists and is not a space-janitor guard's; choose another --dir")
+    for name in PROGRAMS:
+        target = folder / name
+        if (target.exists() or target.is_symlink()) and not is_guard(target):
+            raise ConfigError(
+                f"{target} exists and is not a space-janitor guard; choose another --dir"
+            )
+        side = folder / f"{name}.guard"
+        if side.exists() and not is_guard(side):
+            raise ConfigError(
+                f"{side} exists and is not a space-janitor guard's; choose another --dir"
+            )
 
 
 def install(
@@ -169,8 +174,9 @@ def install(
 
 
 def uninstall(bin_dir: Path | None = None, *, dry_run: bool = False) -> Path | None:
-    """Remove ``BIN/ffmpeg`` (and a compiled front end's ``ffmpeg.guard``) if it is a guard of
-    ours; the path removed, or None."""
+    """Remove ``BIN/ffmpeg`` and ``BIN/ffprobe`` (and a compiled front end's ``NAME.guard``
+    beside each) where they are guards of ours; ``BIN/ffmpeg``'s path, or None when it was not
+    there."""
     folder = bin_dir or default_bin_dir()
     target = folder / "ffmpeg"
     if not (target.exists() or target.is_symlink()):
@@ -178,10 +184,12 @@ def uninstall(bin_dir: Path | None = None, *, dry_run: bool = False) -> Path | N
     if not is_guard(target):
         raise ConfigError(f"{target} is not a space-janitor guard; left alone")
     if not dry_run:
-        target.unlink()
-        side = folder / SIDECAR
-        if is_guard(side):
-            side.unlink()
+        for name in PROGRAMS:  # a file of the user's by that name is left alone
+            each, side = folder / name, folder / f"{name}.guard"
+            if is_guard(each):
+                each.unlink()
+            if is_guard(side):
+                side.unlink()
     return target
 
 

@@ -20,6 +20,12 @@
  * understand, it execs the Python guard (every wait bounded); without its settings it execs
  * the real ffmpeg. It never breaks an ffmpeg call.
  *
+ * Installed as `ffprobe` too (beside `ffprobe.guard`), it is the guarded ffprobe: it finds the
+ * real ffprobe the same way (JANITOR_FFPROBE), sends each call that is not a request for
+ * information to POST /v1/guard/probe (the daemon marks the cache entries it probes awaiting
+ * use for its caller, and refuses a probe of a cached WAV whose alignment could never fit),
+ * then execs the real ffprobe: the same arguments, stdio and exit code.
+ *
  * Written in the manner of small system tools: no allocation it does not check, no call
  * whose error it ignores without saying why, no unbounded wait, no global state but what the
  * signal handlers share.
@@ -61,6 +67,7 @@ extern char **environ;
 #define STOP_GRACE_MS 5000
 #define CONNECT_MS 2000
 #define CALL_MS_DEFAULT 60000
+#define PROBE_MS 10000
 #define RISK_MS 5000
 #define RELEASE_MS 10000
 #define MAX_ANSWER (1 << 20)
@@ -76,6 +83,9 @@ static const char *const INFO_OPTIONS[] = {
     "-filters", "-pix_fmts", "-layouts", "-sample_fmts", "-dispositions", "-colors",
     "-hwaccels", "-sources", "-sinks", NULL,
 };
+
+/* The variables a probe call sends (janitor.jobs.probe_call.PROBE_ENV). */
+static const char *const PROBE_ENV[] = {"TMPDIR", "JANITOR_POLICY", "JANITOR_CACHE_DIR", NULL};
 
 /* The variables that shape a call (janitor.jobs.call.CALL_ENV). */
 static const char *const CALL_ENV[] = {
@@ -347,17 +357,21 @@ static int same_file(const char *a, const char *b) {
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-/* janitor.jobs.guard.find_real_ffmpeg, with the same one-line errors. */
+/* What this program stands for, by the name it was installed under: "ffmpeg" or "ffprobe". */
+static const char *g_name = "ffmpeg";
+
+/* janitor.jobs.guard.find_real, with the same one-line errors. */
 static char *find_real(const char *self, const char **error, struct buf *why) {
-    const char *chosen = getenv("JANITOR_FFMPEG");
+    const char *variable = strcmp(g_name, "ffprobe") == 0 ? "JANITOR_FFPROBE" : "JANITOR_FFMPEG";
+    const char *chosen = getenv(variable);
     if (chosen != NULL && *chosen != '\0') {
         if (!executable_file(chosen)) {
-            buf_fmt(why, "JANITOR_FFMPEG=%s is not an executable file", chosen);
+            buf_fmt(why, "%s=%s is not an executable file", variable, chosen);
             *error = why->p;
             return NULL;
         }
         if (same_file(chosen, self) || is_guard(chosen)) {
-            buf_fmt(why, "JANITOR_FFMPEG=%s is the guard itself; point it at ffmpeg", chosen);
+            buf_fmt(why, "%s=%s is the guard itself; point it at %s", variable, chosen, g_name);
             *error = why->p;
             return NULL;
         }
@@ -370,8 +384,8 @@ static char *find_real(const char *self, const char **error, struct buf *why) {
         const char *colon = strchr(p, ':');
         size_t n = colon ? (size_t)(colon - p) : strlen(p);
         struct buf cand = {0};
-        if (n == 0) buf_str(&cand, "./ffmpeg");
-        else { buf_add(&cand, p, n); buf_str(&cand, "/ffmpeg"); }
+        if (n == 0) buf_fmt(&cand, "./%s", g_name);
+        else { buf_add(&cand, p, n); buf_fmt(&cand, "/%s", g_name); }
         if (!cand.failed && executable_file(cand.p) && !same_file(cand.p, self) &&
             !is_guard(cand.p))
             return cand.p; /* handed to the caller */
@@ -379,7 +393,9 @@ static char *find_real(const char *self, const char **error, struct buf *why) {
         if (colon == NULL) break;
         p = colon + 1;
     }
-    *error = "no ffmpeg found on PATH after the guard; install ffmpeg or set JANITOR_FFMPEG";
+    buf_fmt(why, "no %s found on PATH after the guard; install ffmpeg or set %s", g_name,
+            variable);
+    *error = why->failed ? "no real program found on PATH after the guard" : why->p;
     return NULL;
 }
 
@@ -853,7 +869,7 @@ static _Noreturn void exec_real(void) {
     execv(g_real, argv);
     struct buf line = {0};
     buf_fmt(&line, "cannot run %s: %s", g_real, strerror(errno));
-    say(line.failed ? "cannot run the real ffmpeg" : line.p);
+    say(line.failed ? "cannot run the real program" : line.p);
     exit(EXIT_NO_FFMPEG);
 }
 
@@ -1252,8 +1268,9 @@ static int asks_only_for_information(void) {
     return 0;
 }
 
-/* The body of POST /v1/guard/call; NULL (with `why`) when a word is not UTF-8 text. */
-static char *call_body(const char *cwd, struct buf *why) {
+/* The body of POST /v1/guard/call (or /v1/guard/probe, with the variables `names`); NULL
+ * (with `why`) when a word is not UTF-8 text. */
+static char *call_body(const char *cwd, const char *const *names, struct buf *why) {
     struct buf b = {0};
     if (!valid_utf8(cwd)) { buf_str(why, "its folder's name is not UTF-8"); return NULL; }
     buf_str(&b, "{\"args\":[");
@@ -1271,21 +1288,21 @@ static char *call_body(const char *cwd, struct buf *why) {
     buf_fmt(&b, ",\"owner_pid\":%ld", (long)getpid());
     pid_t ppid = getppid();
     if (ppid > 0) buf_fmt(&b, ",\"writer_pid\":%ld", (long)ppid);
-    buf_str(&b, ",\"ffmpeg\":");
+    buf_fmt(&b, ",\"%s\":", g_name);
     json_put_string(&b, g_real);
     buf_str(&b, ",\"env\":{");
     int first = 1;
-    for (int i = 0; CALL_ENV[i]; i++) {
-        const char *v = getenv(CALL_ENV[i]);
+    for (int i = 0; names[i]; i++) {
+        const char *v = getenv(names[i]);
         if (v == NULL) continue;
         if (!valid_utf8(v)) {
             buf_free(&b);
-            buf_fmt(why, "%s is not UTF-8", CALL_ENV[i]);
+            buf_fmt(why, "%s is not UTF-8", names[i]);
             return NULL;
         }
         if (!first) buf_add(&b, ",", 1);
         first = 0;
-        json_put_string(&b, CALL_ENV[i]);
+        json_put_string(&b, names[i]);
         buf_add(&b, ":", 1);
         json_put_string(&b, v);
     }
@@ -1562,12 +1579,46 @@ static int run(const char *p, const char *end, const sigset_t *given_mask) {
     return finish(status);
 }
 
+/* The name a path ends with. */
+static const char *base_name(const char *path) {
+    const char *slash = path ? strrchr(path, '/') : NULL;
+    return slash ? slash + 1 : path ? path : "";
+}
+
+/* The guarded ffprobe: the daemon marks what it probes (or refuses a hopeless one); then the
+ * real ffprobe, exec'd. Without a daemon, or an answer we do not understand: the Python
+ * guarded ffprobe beside us decides through the ledger. */
+static _Noreturn void probe(const char *cwd) {
+    struct buf why = {0};
+    char *body = call_body(cwd, PROBE_ENV, &why);
+    if (body == NULL) hand_over(why.p);
+    struct answer ans;
+    if (http("POST", "/v1/guard/probe", body, PROBE_MS, &ans, &why) != 0) hand_over(why.p);
+    free(body);
+    const char *p = ans.body.p, *end = p + ans.body.len;
+    const char *stop = p ? skip_value(p, end, 0) : NULL;
+    char *action = NULL;
+    if (stop != NULL && skip_ws(stop, end) == end) action = json_get_string(p, end, "action");
+    if (action != NULL && ans.status == 200 && !strcmp(action, "exec")) {
+        tell(p, end);
+        exec_real();
+    }
+    if (action != NULL && ans.status == 507 && !strcmp(action, "refuse")) {
+        tell(p, end);
+        exit(EXIT_REFUSED);
+    }
+    buf_fmt(&why, "the daemon at %s did not take this probe (%d)", g_socket, ans.status);
+    hand_over(why.failed ? "the daemon did not take this probe" : why.p);
+}
+
 int main(int argc, char **argv) {
     sigset_t given_mask;
     (void)sigprocmask(SIG_SETMASK, NULL, &given_mask);
     g_args = argv + 1;
     g_nargs = argc > 0 ? argc - 1 : 0;
     char *self = self_path(argc > 0 ? argv[0] : NULL);
+    if (!strcmp(base_name(self), "ffprobe") || (argc > 0 && !strcmp(base_name(argv[0]), "ffprobe")))
+        g_name = "ffprobe";
     struct buf why = {0};
     const char *error = NULL;
     char *real = find_real(self, &error, &why);
@@ -1592,7 +1643,8 @@ int main(int argc, char **argv) {
     }
     char cwd[PATH_MAX];
     if (getcwd(cwd, sizeof cwd) == NULL) hand_over("cannot read the working folder");
-    char *body = call_body(cwd, &why);
+    if (!strcmp(g_name, "ffprobe")) probe(cwd);
+    char *body = call_body(cwd, CALL_ENV, &why);
     if (body == NULL) hand_over(why.p);
     struct answer ans;
     if (http("POST", "/v1/guard/call", body, call_timeout_ms(), &ans, &why) != 0)

@@ -292,7 +292,10 @@ def _decode_entry(text: str, key: tuple[int, int, int, int]) -> MediaInfo | None
 
 
 def _find_ffprobe(ffmpeg: str | None) -> str | None:
-    """ffprobe next to the real ffmpeg (as named, then with links resolved), else on PATH."""
+    """ffprobe next to the real ffmpeg (as named, then with links resolved), else on PATH;
+    never a guarded ffprobe of ours (it would mark what the estimator only measures)."""
+    from janitor.jobs.mark import is_guard
+
     places: list[str] = []
     if ffmpeg:
         places.append(os.path.dirname(ffmpeg))
@@ -300,6 +303,7 @@ def _find_ffprobe(ffmpeg: str | None) -> str | None:
     places += os.environ.get("PATH", os.defpath).split(os.pathsep)
     for folder in places:
         candidate = os.path.join(folder or ".", "ffprobe")
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        usable = os.path.isfile(candidate) and os.access(candidate, os.X_OK)
+        if usable and not is_guard(candidate):
             return candidate
     return None

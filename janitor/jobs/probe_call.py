@@ -1,0 +1,207 @@
+"""One guarded ffprobe call, decided: the half both front ends of the guarded ffprobe share.
+
+batchalign3 finds a WAV in its media cache, probes its duration with a bare ``ffprobe`` from
+``PATH`` (``ffprobe -v quiet -show_entries format=duration -of
+default=noprint_wrappers=1:nokey=1 WAV``), may then run UTR for as long as UTR takes, and
+only then cuts the WAV group by group into a job folder under its ``TMPDIR``. A guarded
+``ffprobe`` first on ``PATH`` (``janitor shim install``, ``janitor run``) sees that probe:
+
+* a probe of a cache entry marks it **awaiting use** for the prober (the ffprobe's caller, a
+  pid and its start time, found as the ffmpeg guard finds a job's writer;
+  :mod:`janitor.admission.awaiting`), so nothing evicts it before the job's first cut pins it;
+* a probe of a cached WAV whose forced alignment could never fit refuses (exit 75, one
+  ``space-janitor:`` line) before anything is spent: its cuts (the whole recording as f32le
+  mono 16 kHz PCM, worked out by the one estimator from the WAV's header) need more than the
+  volume of the prober's ``TMPDIR`` could ever give (its capacity less its floor and what no
+  eviction or job end frees; the WAV itself stays). It reserves nothing: what may fit is
+  admitted at the first cut, as ever.
+
+Every other call, and every call that is not refused, runs the real ffprobe at once: the same
+arguments, stdin, stdout, stderr and exit code (the front end ``exec``\\ s it). The verdict is
+:class:`~janitor.jobs.call.Verdict`'s shape: ``exec`` or ``refuse``, with the lines to print
+and log. Imported by the Python front end only when it decides without a daemon.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from janitor.humanize import format_size
+from janitor.jobs.call import Verdict
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from janitor.admission.awaiting import CacheEntry
+    from janitor.core import Janitor
+
+__all__ = ["PROBE_ENV", "FaNeed", "decide_probe", "fa_need", "probed_files"]
+
+#: The variables a probe call sends when they are set: where the prober's jobs go
+#: (``TMPDIR``), and the policy and probe cache it expects.
+PROBE_ENV = ("TMPDIR", "JANITOR_POLICY", "JANITOR_CACHE_DIR")
+#: batchalign3's forced-alignment cut, whose working set a probe of a cached WAV announces
+#: (BRIEF: "FA group PCM"); the window is only there to make it a cut.
+_FA_CUT = ("-f", "f32le", "-acodec", "pcm_f32le", "-ar", "16000", "-ac", "1")
+#: ffprobe's options whose value is a file it writes, never one it probes.
+_WRITES = frozenset({"-o"})
+
+
+def probed_files(args: Sequence[str], cwd: str) -> list[str]:
+    """The existing files an ffprobe argument list names: ``-i``'s value and every operand,
+    made absolute against ``cwd`` (``file:`` taken off). An option's value that happens to be
+    a file counts too: a probe of a cache entry is only ever marked, never harmed."""
+    found: list[str] = []
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg in _WRITES:
+            skip = True
+            continue
+        if arg.startswith("-") and arg != "-" and not (arg == "-i" and i + 1 < len(args)):
+            continue
+        name = args[i + 1] if arg == "-i" else arg
+        skip = arg == "-i"
+        name = name[5:] if name.startswith("file:") else name
+        if not name or "\0" in name:
+            continue
+        path = os.path.normpath(os.path.join(cwd, name))
+        try:
+            if os.path.isfile(path) and path not in found:
+                found.append(path)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class FaNeed:
+    """What forced alignment of a WAV will need in a job folder: the folder it stands for
+    (under the prober's ``TMPDIR``), the tree that holds it, and the bytes (the whole WAV as
+    batchalign3's PCM)."""
+
+    folder: str
+    tree: str
+    bytes: int
+
+
+def fa_need(jan: Janitor, wav: str, tmpdir: str) -> FaNeed | None:
+    """The working set of aligning ``wav`` in a job folder under ``tmpdir``, worked out as
+    the guard works out a first cut's; None when it cannot be (not a WAV whose header tells
+    its length) or no tree of the policy is on that folder's volume."""
+    from janitor.jobs import ffmpeg
+    from janitor.jobs.writes import locate
+
+    folder = os.path.join(tmpdir, ".tmp-fa-probe")
+    out = os.path.join(folder, "fa_v2", "audio", "fa-v2-audio-0-0.pcm")
+
+    def header_only(path: str) -> ffmpeg.MediaInfo | ffmpeg.NotEstimable:
+        # What the WAV's header says: deciding a probe never runs an ffprobe of its own.
+        return ffmpeg.header_info(path) or ffmpeg.NotEstimable("no header to read")
+
+    cut = ffmpeg.parse(["-y", "-ss", "0", "-to", "1", "-i", wav, *_FA_CUT, out])
+    est = ffmpeg.estimate(cut, header_only)
+    if isinstance(est, ffmpeg.NotEstimable) or not est or not est[0].whole_bytes:
+        return None
+    where = locate(jan, os.path.join(tmpdir, "x"))
+    if where is None:
+        return None
+    return FaNeed(folder, where.tree, int(est[0].whole_bytes))
+
+
+def decide_probe(
+    jan: Janitor,
+    call: Mapping[str, Any],
+    *,
+    policy_path: str,
+    defer: Callable[[Callable[[], object]], object] | None = None,
+) -> Verdict:
+    """The verdict on one ffprobe call (the body of ``POST /v1/guard/probe``): ``refuse`` (507)
+    a probe of a cached WAV whose alignment could never fit, else ``exec``, and the cache
+    entries it probes marked awaiting use for the prober. 409 when the call expects another
+    policy than ``policy_path``.
+
+    ``defer(work)``: run the marking after the answer is sent (the daemon: the prober's
+    ffprobe runs meanwhile, and its use of the entry comes minutes later, at its first cut);
+    without it the marking is done before this returns."""
+    from janitor.admission.awaiting import cache_entry
+
+    env = call.get("env") or {}
+    expected = env.get("JANITOR_POLICY") or (call.get("config") or {}).get("policy")
+    if expected and os.path.realpath(expected) != os.path.realpath(policy_path):
+        return Verdict(
+            409,
+            {
+                "error": "policy_mismatch",
+                "message": f"the daemon runs policy {policy_path}, not {expected}",
+            },
+        )
+    probed = (cache_entry(jan.policy, p) for p in probed_files(call["args"], call["cwd"]))
+    entries = [e for e in probed if e is not None]
+    if not entries:
+        return Verdict(200, {"action": "exec"})
+    tmpdir = env.get("TMPDIR") or "/tmp"
+    for entry in entries:
+        refused = _hopeless(jan, entry, tmpdir)
+        if refused is not None:
+            return Verdict(507, {"action": "refuse", "say": refused, "log": f"refused: {refused}"})
+    caller = int(call.get("writer_pid") or call["owner_pid"])
+    if defer is not None:
+        defer(lambda: _mark(jan, entries, caller))
+        return Verdict(200, {"action": "exec"})
+    prober = _mark(jan, entries, caller)
+    names = ", ".join(e.path for e in entries)
+    return Verdict(200, {"action": "exec", "log": f"awaiting use by {prober}: {names}",
+                         "debug": True})  # fmt: skip
+
+
+def _mark(jan: Janitor, entries: Sequence[CacheEntry], caller: int) -> str:
+    """Mark ``entries`` awaiting use by the prober (the caller, past go-betweens); who. A
+    caller gone already marks nothing (there is no use to await)."""
+    from janitor.admission.awaiting import mark_awaiting
+    from janitor.host.owner import choose_writer
+
+    prober = choose_writer(int(caller))
+    if prober.start is None:
+        return f"pid {prober.pid} (gone)"
+    start = prober.start
+    now = time.time()
+
+    def write(tx: Any) -> None:
+        for entry in entries:
+            mark_awaiting(tx, jan.policy, entry, owner_pid=prober.pid, owner_start=start, now=now)
+
+    jan.ledger.call(write)
+    return f"pid {prober.pid} ({prober.description})"
+
+
+def _hopeless(jan: Janitor, entry: CacheEntry, tmpdir: str) -> str | None:
+    """The line refusing a probe of ``entry`` whose alignment in ``tmpdir`` could never fit,
+    or None. Cheap unless it is tight: the volume's capacity is worked out (a walk of its
+    caches and job folders) only when the need passes what is free above the floor now."""
+    from janitor.admission.jobs import capacity
+    from janitor.admission.volume import Volume
+
+    need = fa_need(jan, entry.path, tmpdir)
+    if need is None:
+        return None
+    vol = Volume.at(jan.policy, jan.policy.tree(need.tree).path)
+    if need.bytes <= vol.free - vol.floor:
+        return None
+    with jan.ledger.read() as tx:
+        cap = capacity(tx, jan.policy, vol, kept=frozenset((entry.path,)))
+    if need.bytes <= cap.most:
+        return None
+    return (
+        f"refused to probe {entry.path} for forced alignment: its cuts need "
+        f"{format_size(need.bytes)} in {tmpdir} on volume {vol.mount}, which can never hold "
+        f"them: capacity {format_size(cap.total)}, floor {format_size(cap.floor)}, "
+        f"{format_size(cap.held)} held by files outside every reservation and cache leave at "
+        f"most {format_size(cap.most)} even once every job ends. Free space on {vol.mount} or "
+        "use a bigger disk; ffprobe did not run"
+    )
