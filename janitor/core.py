@@ -35,6 +35,7 @@ from janitor.reserving import Reserving, SpaceSignal
 from janitor.status import Status, collect_status
 
 if TYPE_CHECKING:
+    from janitor.admission.awaiting import Awaiting
     from janitor.cleanup.sweep import EmergencyResult, SweepResult
 
 __all__ = ["Janitor", "Reaped", "SpaceSignal"]
@@ -190,9 +191,16 @@ class Janitor(Reserving):
         return self.ledger.call(lambda tx: tx.pins.end(text))
 
     def pins(self) -> list[PinInfo]:
-        """Every pin that protects now."""
+        """Every pin that protects now (entries awaiting use among them)."""
         with self.ledger.read() as tx:
             return tx.pins.live()
+
+    def awaiting(self) -> list[Awaiting]:
+        """The cache entries awaiting use now, with what each holds."""
+        from janitor.admission.awaiting import awaiting_now
+
+        with self.ledger.read() as tx:
+            return awaiting_now(tx, self.policy)
 
     def touch(self, *paths: str | os.PathLike[str]) -> None:
         """Record a use of each path, so LRU eviction sees it as recently used."""

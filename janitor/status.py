@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from janitor.admission.awaiting import Awaiting, awaiting_now
 from janitor.admission.reserve import live_reservations
 from janitor.admission.volume import ORDER, Forecast, Level, Volume
 from janitor.config.policy import Policy, TreePolicy
@@ -59,6 +60,8 @@ class Status:
     jobs: tuple[JobInfo, ...] = field(default=())
     #: Calls waiting for room, first come first.
     waiting: tuple[Waiter, ...] = field(default=())
+    #: Cache entries awaiting use (probed or converted, not yet cut from): never evicted.
+    awaiting: tuple[Awaiting, ...] = field(default=())
 
     @property
     def level(self) -> Level:
@@ -94,6 +97,7 @@ class Status:
                 }
                 for w in self.waiting
             ],
+            "awaiting": [a.as_dict() for a in self.awaiting],
         }
 
 
@@ -149,6 +153,7 @@ def collect_status(policy: Policy, ledger: Ledger, *, with_usage: bool = True) -
         forecasts = tx.volumes.forecasts()
         jobs = tuple(tx.jobs.active())
         waiting = tuple(tx.waiters.all())
+        awaiting = tuple(awaiting_now(tx, policy, now=now))
     volumes = []
     for device, vol in stats.items():
         reserved = sum(r.outstanding for r in live if r.device == device)
@@ -188,4 +193,5 @@ def collect_status(policy: Policy, ledger: Ledger, *, with_usage: bool = True) -
         reservations=tuple(live),
         jobs=jobs,
         waiting=waiting,
+        awaiting=awaiting,
     )

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from janitor.config.policy import tree_holding
+from janitor.host.space import allocated_size
 from janitor.ledger.pins import AWAIT
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from janitor.ledger.pins import PinInfo
     from janitor.ledger.tx import Tx
 
-__all__ = ["CacheEntry", "cache_entry", "mark_awaiting", "take_over"]
+__all__ = ["Awaiting", "CacheEntry", "awaiting_now", "cache_entry", "mark_awaiting", "take_over"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +100,52 @@ def take_over(
     return tx.pins.take_over(
         entry.tree, entry.unit, owner_pid=writer_pid, owner_start=writer_start, job=job, now=now
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Awaiting:
+    """An entry awaiting use now, as ``janitor status`` shows it: the mark, and the bytes its
+    unit holds (what the mark keeps from eviction)."""
+
+    mark: PinInfo
+    bytes: int
+
+    def as_dict(self) -> dict[str, object]:
+        """One entry of ``janitor status --json``'s ``awaiting``."""
+        m = self.mark
+        return {
+            "id": m.id,
+            "tree": m.tree,
+            "path": m.path,
+            "unit": m.unit,
+            "bytes": self.bytes,
+            "prober_pid": m.owner_pid,
+            "since": m.created,
+            "until": m.expires,
+        }
+
+
+def awaiting_now(tx: Tx, policy: Policy, *, now: float | None = None) -> list[Awaiting]:
+    """The entries awaiting use now (marks whose prober lives and whose TTL has not passed),
+    each with what its unit holds; a read, no writes."""
+    return [Awaiting(m, _unit_bytes(policy, m)) for m in tx.pins.awaiting(now=now)]
+
+
+def _unit_bytes(policy: Policy, mark: PinInfo) -> int:
+    """What the unit a mark covers holds: the marked file, or (renamed within its unit since,
+    ``{fp}.tmp.wav`` to ``{fp}.wav``) the files of its folder with the same key."""
+    if os.path.lexists(mark.path) or mark.unit is None or mark.tree not in policy.trees:
+        return allocated_size(mark.path)
+    tree = policy.tree(mark.tree)
+    folder = os.path.dirname(mark.path)
+    root = os.path.normpath(os.path.abspath(tree.path))
+    total = 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for name in names:
+        rel = os.path.relpath(os.path.join(folder, name), root)
+        if tree.unit_key(rel) == mark.unit:
+            total += allocated_size(os.path.join(folder, name))
+    return total

@@ -117,10 +117,18 @@ def log_(
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.ts))
         size = format_size(e.bytes) if e.bytes is not None else ""
         what = " ".join(x for x in (e.tree or "", e.reservation or "", size, e.path or "") if x)
-        extra = e.detail.get("reason") or ""
+        extra = e.detail.get("reason") or e.detail.get("why") or ""
+        if e.event == "await":  # a cache entry now awaiting use: by whom, for how long
+            extra = f"by pid {e.detail.get('owner_pid')}, at most {_ttl(e.detail.get('ttl'))}"
         if e.event == "deleting":  # its batch never confirmed: cut short by a crash or a kill
             extra = f"{extra}; being deleted when the janitor stopped" if extra else extra
         print(f"{stamp}  {e.event:<8} {what}" + (f"  ({extra})" if extra else ""))
+
+
+def _ttl(seconds: object) -> str:
+    from janitor.humanize import format_duration
+
+    return format_duration(float(seconds)) if isinstance(seconds, int | float) else "?"
 
 
 def paths(as_json: JsonOpt = False) -> None:

@@ -256,6 +256,22 @@ def _reservations(st: Status, shown: Sequence[ReservationInfo], width: int | Non
     return fit_table(_RESERVATION_COLUMNS, rows, width, styles), records
 
 
+def _awaiting(st: Status) -> list[RenderableType]:
+    """One line per tree holding entries awaiting use: how many, and what they hold."""
+    by_tree: dict[str, list[int]] = {}
+    for a in st.awaiting:
+        by_tree.setdefault(a.mark.tree, []).append(a.bytes)
+    return [
+        Text(
+            f"{len(sizes)} cache {'entry' if len(sizes) == 1 else 'entries'} awaiting use in "
+            f"{tree} ({format_size(sum(sizes))}): probed or converted, not yet cut from; never "
+            "evicted until a job cuts from them, their prober ends, or await_ttl passes",
+            style="dim",
+        )
+        for tree, sizes in sorted(by_tree.items())
+    ]
+
+
 def render_status(
     st: Status,
     samples: dict[int, list[tuple[float, int]]] | None = None,
@@ -285,6 +301,7 @@ def render_status(
         parts.extend(records if listed or table is None else [table])
     if not shown:
         parts.append(Text("No live reservations.", style="dim"))
+    parts.extend(_awaiting(st))
     if rest:
         ids = {r.id for r in shown}
         hidden = [r for r in st.reservations if r.id not in ids]

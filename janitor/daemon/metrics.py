@@ -150,6 +150,8 @@ class DaemonState:
     #: Each tree's orphaned job folders still there (every recorded writer died; a foreign one
     #: too, while it waits for its orphan_age), as the reaper last saw them.
     orphan_jobs: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: Each cache tree's entries awaiting use, as the reaper last saw them: (count, bytes).
+    awaiting: dict[str, tuple[int, int]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def snapshot(self) -> dict[str, Any]:
@@ -259,6 +261,16 @@ class _Collector(Collector):
             "or the last sweep chose it as an orphan and could not remove it.",
             labels=tl,
         )
+        awaiting = GaugeMetricFamily(
+            "janitor_tree_awaiting_use_entries",
+            "Cache entries awaiting use (probed or converted, not yet cut from): never evicted.",
+            labels=tl,
+        )
+        awaiting_bytes = GaugeMetricFamily(
+            "janitor_tree_awaiting_use_bytes",
+            "Bytes held by the cache entries awaiting use.",
+            labels=tl,
+        )
         started = GaugeMetricFamily(
             "janitor_daemon_start_time_seconds", "When the daemon started.", labels=["version"]
         )
@@ -292,6 +304,10 @@ class _Collector(Collector):
                 if t.role == "scratch":
                     left = t.orphans_left | s.orphan_jobs.get(t.name, frozenset())
                     orphans.add_metric(labels, len(left))
+                if t.role == "cache":
+                    n, nbytes = s.awaiting.get(t.name, (0, 0))
+                    awaiting.add_metric(labels, n)
+                    awaiting_bytes.add_metric(labels, nbytes)
             for tree, n in s.granted.items():
                 granted.add_metric([tree], n)
             for tree, n in s.refused.items():
@@ -301,7 +317,8 @@ class _Collector(Collector):
             for (tree, reason), n in s.evicted_units.items():
                 eunits.add_metric([tree, reason], n)
         yield from gauges.values()
-        yield from (usage, quota, polling, orphans, granted, refused, ebytes, eunits, started, up)
+        yield from (usage, quota, polling, orphans, awaiting, awaiting_bytes)
+        yield from (granted, refused, ebytes, eunits, started, up)
 
 
 def registry_for(state: DaemonState) -> CollectorRegistry:

@@ -55,8 +55,13 @@ class Reaper:
         for j in jobs:
             if j.state == "orphan":
                 left.setdefault(j.tree, set()).add(j.folder)
+        awaiting: dict[str, tuple[int, int]] = {}
+        for a in self.janitor.awaiting():
+            n, nbytes = awaiting.get(a.mark.tree, (0, 0))
+            awaiting[a.mark.tree] = (n + 1, nbytes + a.bytes)
         with self.state.lock:
             self.state.orphan_jobs = {tree: frozenset(f) for tree, f in left.items()}
+            self.state.awaiting = awaiting
         if self._pruned is None or time.monotonic() - self._pruned >= PRUNE_INTERVAL_S:
             # Ended reservations, old log lines and samples: a few thousand rows per
             # transaction, so reservations queued behind it wait milliseconds, not seconds.
