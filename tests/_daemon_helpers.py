@@ -186,7 +186,9 @@ class DaemonSetup:
 
     def env(self, **extra: str | None) -> dict[str, str]:
         """The daemon's (and the CLI's) environment: the test's isolated one plus ours."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("JANITOR_")}
+        # The front end a test asks for (the ``front_end`` fixture) reaches ``shim install``.
+        kept = ("JANITOR_GUARD_FRONT_END", "JANITOR_NATIVE_DIR")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JANITOR_") or k in kept}
         # Isolated even when built outside the conftest's per-test environment (module-scoped
         # fixtures): no real config file, home or runtime dir can leak in.
         home = self.root / "home"

@@ -8,14 +8,19 @@ For each media file, one after the other (or ``--concurrency`` at once, as the s
    ``ffmpeg -y -i SRC -acodec pcm_s16le -ar 16000 -ac 1 CACHE/{fp}.tmp.wav``, unlocks, then
    renames the WAV into place (so the lock is free a moment before the WAV appears). The lock file
    is never deleted. Other inputs are read in place.
-2. A job temp folder ``$TMPDIR/.tmpXXXXXX`` (as Rust's tempfile makes it) gets one segment PCM per
+2. With ``--probe``, its duration is asked of ``ffprobe -v quiet -show_entries format=duration
+   -of default=noprint_wrappers=1:nokey=1 WAV`` (found on ``PATH``; a failed probe is no error,
+   as batchalign3's ``get_audio_duration_ms`` returns None), then ``--utr-s`` of "UTR".
+3. A job temp folder ``$TMPDIR/.tmpXXXXXX`` (as Rust's tempfile makes it) gets one segment PCM per
    forced-alignment group, each cut from the WAV by its own ffmpeg:
    ``ffmpeg -y -ss S.SSS -to E.EEE -i WAV -f f32le -acodec pcm_f32le -ar 16000 -ac 1
    .tmpXXXXXX/fa_v2/audio/fa-v2-audio-{group}.pcm``; every group's PCM stays until the file is
    done. With ``--whole`` it also writes the whole-file PCM of a scope
    (``ffmpeg -y -i SRC -f f32le -acodec pcm_f32le -ar 16000 -ac 1
-   .tmpXXXXXX/asr_v2/audio/{id}.pcm``).
-3. The folder is removed when the file is done, or when a write fails (the Rust object is
+   .tmpXXXXXX/asr_v2/audio/{id}.pcm``). ``--recut G`` cuts group G a second time, the same
+   window into ``fa-v2-audio-fallback-{G}.pcm`` (batchalign3's Whisper fallback for a group
+   Wave2Vec could not align: a new namespace, the same folder).
+4. The folder is removed when the file is done, or when a write fails (the Rust object is
    dropped); a SIGKILL leaves it behind, as it leaves the pipeline's.
 
 ``ffmpeg`` is called by name, found on ``PATH`` as the server finds it. When ffmpeg fails the
@@ -123,8 +128,30 @@ def _daemonize() -> bool:
     return False
 
 
+def probe(wav: str) -> float | None:
+    """The duration ffprobe says, or None when it fails (no error: batchalign3 goes on)."""
+    done = subprocess.run(
+        ["ffprobe", "-v", "quiet", "-show_entries", "format=duration", "-of",
+         "default=noprint_wrappers=1:nokey=1", wav],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        return None
+    try:
+        return float(done.stdout.strip())
+    except ValueError:
+        return None
+
+
 def align(src: str, args: argparse.Namespace) -> None:
     wav = cached_wav(src, args.cache, args.report)
+    if args.probe:
+        said = probe(wav)
+        if args.report:
+            with _report_lock, open(args.report, "a") as f:
+                f.write(json.dumps({"probe": wav, "duration": said}) + "\n")
+    if args.utr_s:
+        time.sleep(args.utr_s)
     job = args.job_dir or tempfile.mkdtemp(prefix=".tmp", dir=args.tmpdir)
     try:
         audio = os.path.join(job, "fa_v2", "audio")
@@ -138,6 +165,11 @@ def align(src: str, args: argparse.Namespace) -> None:
             pcm = os.path.join(audio, f"fa-v2-audio-{g}.pcm")
             ffmpeg("-y", "-ss", f"{start:.3f}", "-to", f"{end:.3f}", "-i", wav, *PCM_ARGS, pcm)
             report(args.report, pcm)
+            if g in (args.recut or ()):
+                again = os.path.join(audio, f"fa-v2-audio-fallback-{g}.pcm")
+                ffmpeg("-y", "-ss", f"{start:.3f}", "-to", f"{end:.3f}", "-i", wav, *PCM_ARGS,
+                       again)  # fmt: skip
+                report(args.report, again)
             if args.pause_s:
                 time.sleep(args.pause_s)
         if args.whole:
@@ -164,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pause-s", type=float, default=0.0, help="compute between two group cuts")
     p.add_argument("--hold-s", type=float, default=0.0, help="compute after the last cut")
     p.add_argument("--whole", action="store_true", help="also write a whole-file PCM")
+    p.add_argument("--probe", action="store_true", help="ffprobe the WAV's duration first")
+    p.add_argument("--utr-s", type=float, default=0.0, help="'UTR' between probe and first cut")
+    p.add_argument(
+        "--recut", type=int, action="append", help="cut this group again (a Whisper fallback)"
+    )
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--readrate", type=float, help="read the whole-file PCM's input at this speed")
     p.add_argument("--report", help="append one JSON line per file written")

@@ -125,7 +125,7 @@ def site(
 
 
 def cuts_of(report: Path) -> list[dict[str, Any]]:
-    return [w for w in report_of(report) if "fa_v2" in w["path"]]
+    return [w for w in report_of(report) if "fa_v2" in w.get("path", "")]
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 180) -> tuple[int, str, str]:

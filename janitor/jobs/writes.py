@@ -528,7 +528,11 @@ class _Cut:
         )
         if grown is None:
             raise _Short(decision, w.path, self.needs, growth=True)
-        if again:
+        if again:  # the source's working set grew by the window cut again
+            assert w.source is not None
+            known = job.source(w.source)
+            base = known.working_set if known is not None else 0
+            _note_source(tx, self.job_id, w.source, self.out_dir, base + again)
             tx.log.add(
                 "recut", tree=pool.tree, device=pool.device, reservation=pool.id, nbytes=again,
                 path=w.path, ts=now, job_id=self.job_id,
