@@ -7,33 +7,44 @@ A simulated batchalign3 server whose worker processes make exactly the calls of
 
 1. inputs that need converting (``.m4a``) get the media-cache WAV: an exclusive ``flock`` on
    ``{fp}.wav.lock``, a re-check, ``ffmpeg -y -i SRC -acodec pcm_s16le -ar 16000 -ac 1
-   CACHE/{fp}.tmp.wav``, unlock, rename; ``.wav`` inputs are read in place;
+   CACHE/{fp}.tmp.wav``, unlock, rename; ``.wav`` inputs are read in place; a cache hit is a
+   ``stat`` and nothing else;
 2. for ``--asr-frac`` of the files, a whole-file ``asr_v2`` PCM in a ``.tmpXXXXXX`` folder of
    its own (``ffmpeg -y -i SRC -f f32le -acodec pcm_f32le -ar 16000 -ac 1 ...pcm``), removed
    once "ASR" is done;
-3. forced alignment in a new ``.tmpXXXXXX``: per 15 s group, its JSON payload then its cut
-   (``ffmpeg -y -ss S -to E -i WAV -f f32le ... fa_v2/audio/fa-v2-audio-{ns}-{g}.pcm``) and
-   ``--compute-s`` of "inference"; every group's PCM stays until the file is done; then the
-   folder is removed (the Rust ``TempDir`` dropped).
+3. forced alignment, as ``process_one_fa_file`` does it: ``ffprobe -v quiet -show_entries
+   format=duration -of default=noprint_wrappers=1:nokey=1 WAV`` by bare name from ``PATH`` (a
+   failed probe is no error: batchalign3 goes on without the duration), then "UTR" for a random
+   time up to ``--utr-max-s`` (minutes: Rev.AI or Whisper), then a new ``.tmpXXXXXX``: per 15 s
+   group its JSON payload, its cut (``ffmpeg -y -ss S -to E -i WAV -f f32le ...
+   fa_v2/audio/fa-v2-audio-{ns}-{g}.pcm``) and ``--compute-s`` of "inference"; a group falls
+   back to Whisper with probability ``--recut-frac`` and is cut again (a new namespace, the
+   same folder); every group's PCM stays until the file is done; then the folder is removed
+   (the Rust ``TempDir`` dropped).
 
-Meanwhile ``--outside`` writers with no reservation push the volume towards full in bursts,
-the harness SIGKILLs a worker mid-alignment every ``--kill-every`` seconds (the OOM killer;
-the server starts another), and the real daemon (product defaults: reaping every 10 s) runs.
-A tmpfs (root: it is mounted and unmounted here) holds the media cache, the job temp folder
-and files that belong to no job (checked untouched at the end).
+Meanwhile ``--outside`` writers with no reservation push the volume towards full in bursts (one
+in four to ENOSPC), the harness SIGKILLs a worker mid-alignment every ``--kill-every`` seconds
+(the OOM killer; the server starts another), and the real daemon runs. The policy is the
+shipped one's for these two trees (``min_age`` 10 min) with a cache quota (``--quota``) smaller
+than what a run converts. A tmpfs (root: it is mounted and unmounted here) holds the media
+cache, the job temp folder and files that belong to no job (checked untouched at the end).
 
 It prints one table (exit 0; ``--strict`` exits 1 when a goal is missed):
 
-* files started / completed / refused at their first write / failed later (with the groups of
-  compute lost; goal 0) and stopped by outside writers (counted apart, with their groups);
-* inputs deleted under a live job (0), admitted writes that met ENOSPC (0), foreign files
-  touched (0);
+* files started / completed (goal: at least 80 % of those not killed on purpose) / refused at
+  their first write, and of those how many while unused cache could have made room (goal 0) /
+  failed later (with the groups of compute lost; goal 0) and stopped by outside writers
+  (counted apart, with their groups);
+* inputs deleted under a live job or while awaiting use (0), admitted writes that met ENOSPC
+  (0), foreign files touched (0);
+* seconds below the floor (goal: at most 5 % of the run); the cache's size against its quota
+  plus what is in use (pinned or awaiting use);
 * seconds from a writer's death to its folder's removal (goal at most 30 s);
-* wait times p50/p99 (from the guard's log), and the utilization of capacity minus floor while
-  a job waits (used + promised bytes over capacity - floor, sampled 4 times a second; goal at
-  least 90 %).
+* waits (from the guard's log): started, admitted, refused at the end (goal: at most 5 % of the
+  waits), p50/p99; and the utilization of capacity minus floor while a job waits (used +
+  promised bytes over capacity - floor, sampled 4 times a second; goal at least 90 %).
 
-    sudo .venv/bin/python benchmarks/pipeline_soak.py --minutes 5
+    sudo .venv/bin/python benchmarks/pipeline_soak.py --minutes 10
 """
 
 from __future__ import annotations
@@ -63,6 +74,10 @@ from common import Row, percentile, verdict
 
 MiB = 1024 * 1024
 PCM_ARGS = ["-f", "f32le", "-acodec", "pcm_f32le", "-ar", "16000", "-ac", "1"]
+#: batchalign3's probe of a cached WAV (fa_pipeline.rs: get_audio_duration_ms).
+PROBE_ARGS = ["-v", "quiet", "-show_entries", "format=duration", "-of",
+              "default=noprint_wrappers=1:nokey=1"]  # fmt: skip
+_UNITS = {"B": 1, "KiB": 1024, "MiB": MiB, "GiB": 1024 * MiB}
 JANITOR = [sys.executable, "-m", "janitor"]
 
 
@@ -92,7 +107,38 @@ def _kind(code: int, err: str, wav: str | None) -> str:
 def ffmpeg(*args: str, wav: str | None = None) -> None:
     proc = subprocess.run(["ffmpeg", *args], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise Failed(_kind(proc.returncode, proc.stderr, wav), proc.stderr.strip()[-400:])
+        raise Failed(_kind(proc.returncode, proc.stderr, wav), proc.stderr.strip()[-1000:])
+
+
+def short_by(err: str) -> int:
+    """The bytes a refusal line says the write was short by (0 when it does not say)."""
+    m = re.search(r"short by ([\d.]+) (B|KiB|MiB|GiB)", err)
+    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else 0
+
+
+def unused_cache(cache: str, policy: str) -> int:
+    """Bytes of the cache's WAVs that nothing uses now (no pin, no awaiting-use mark, no held
+    lock): what a make-room could have evicted at the moment of a refusal."""
+    from janitor import Janitor
+    from janitor.host.inuse import lock_held
+
+    jan = Janitor.from_settings(policy=policy)
+    try:
+        used = {os.path.basename(p.path).split(".")[0] for p in jan.pins()}
+    finally:
+        jan.ledger.close()
+    total = 0
+    for name in os.listdir(cache):
+        if not name.endswith(".wav") or ".tmp" in name or name.split(".")[0] in used:
+            continue
+        path = os.path.join(cache, name)
+        if lock_held(path + ".lock"):
+            continue
+        try:
+            total += os.stat(path).st_blocks * 512
+        except OSError:
+            continue
+    return total
 
 
 def fingerprint(path: str) -> str:
@@ -168,6 +214,7 @@ class Worker:
         self.state(phase="convert")
         wav = cached_wav(src["path"], self.cache)
         ino = os.stat(wav).st_ino
+        rec["cached"] = wav.startswith(self.cache)
         if self.rng.random() < cfg["asr_frac"]:
             job = tempfile.mkdtemp(prefix=".tmp", dir=self.tmp)
             try:
@@ -178,6 +225,16 @@ class Worker:
                 time.sleep(cfg["compute_s"] * 2)
             finally:
                 shutil.rmtree(job, ignore_errors=True)
+        # process_one_fa_file: the probe (a failure is no error), then UTR, then the cuts.
+        self.state(phase="probe")
+        probed = subprocess.run(["ffprobe", *PROBE_ARGS, wav], capture_output=True, text=True)
+        rec["probe"] = probed.returncode
+        if probed.returncode != 0 and not os.path.exists(wav):
+            # Evicted between the cache hit (a stat: the pipeline holds nothing then) and the
+            # probe that would have marked it awaiting use.
+            raise Failed("hit-lost", f"{wav} gone between the cache hit and its probe")
+        self.state(phase="utr")
+        time.sleep(self.rng.uniform(0, cfg["utr_max_s"]))
         job = tempfile.mkdtemp(prefix=".tmp", dir=self.tmp)
         ns = self.rng.randrange(1 << 30)
         try:
@@ -189,18 +246,32 @@ class Worker:
                 end = min((g + 1) * cfg["group_s"], src["duration"])
                 with open(os.path.join(text, f"fa-v2-payload-{ns}-{g}.json"), "w") as f:
                     json.dump({"words": ["w"] * 40, "start_ms": int(start * 1000)}, f)
-                st = os.stat(wav) if os.path.exists(wav) else None
-                if st is None or st.st_ino != ino:
-                    # Before its first cut the job is not known yet: the WAV went between the
-                    # pipeline's cache lookup (invisible to the guard) and that cut.
-                    kind = "input" if rec["cuts"] else "lookup"
-                    raise Failed(kind, f"{wav} deleted or replaced under the job")
-                pcm = os.path.join(audio, f"fa-v2-audio-{ns}-{g}.pcm")
-                self.state(phase="fa", folder=job, cuts=rec["cuts"])
-                ffmpeg("-y", "-ss", f"{start:.3f}", "-to", f"{end:.3f}", "-i", wav, *PCM_ARGS,
-                       pcm, wav=wav)  # fmt: skip
-                rec["cuts"] += 1
-                self.state(phase="fa", folder=job, cuts=rec["cuts"])
+                windows = [ns]
+                if self.rng.random() < cfg["recut_frac"]:
+                    windows.append(ns + 1 + g)  # the Whisper fallback: cut again
+                for space in windows:
+                    st = os.stat(wav) if os.path.exists(wav) else None
+                    if st is None or st.st_ino != ino:
+                        # Before its first cut the WAV was only awaiting use (probed), or, its
+                        # probe refused (the file can never fit), not even that.
+                        kind = "input" if rec["cuts"] else "awaiting"
+                        if not rec["cuts"] and rec["probe"] == 75:
+                            kind = "probe-refused"
+                        raise Failed(kind, f"{wav} deleted or replaced under the job")
+                    pcm = os.path.join(audio, f"fa-v2-audio-{space}-{g}.pcm")
+                    self.state(phase="fa", folder=job, cuts=rec["cuts"])
+                    try:
+                        ffmpeg("-y", "-ss", f"{start:.3f}", "-to", f"{end:.3f}", "-i", wav,
+                               *PCM_ARGS, pcm, wav=wav)  # fmt: skip
+                    except Failed as exc:
+                        if exc.kind == "refused" and not rec["cuts"]:
+                            rec["short"] = short_by(str(exc))
+                            rec["unused_cache"] = unused_cache(self.cache, cfg["policy"])
+                            if rec["probe"] == 75:
+                                exc.kind = "probe-refused"  # said at the probe already
+                        raise
+                    rec["cuts"] += 1
+                    self.state(phase="fa", folder=job, cuts=rec["cuts"])
                 time.sleep(cfg["compute_s"])
         finally:
             shutil.rmtree(job, ignore_errors=True)
@@ -261,7 +332,11 @@ class Harness:
     util: list[float] = field(default_factory=list)
     min_free: int = 1 << 62
     floor: int = 0
+    quota: int = 0
     outside_enospc: int = 0
+    #: Seconds sampled below the floor; the cache's size beside its quota and what is in use.
+    below_floor_s: float = 0.0
+    cache_over: list[tuple[int, int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -274,6 +349,9 @@ class Harness:
             "group_s": self.args.group_s,
             "compute_s": self.args.compute_s,
             "asr_frac": self.args.asr_frac,
+            "utr_max_s": self.args.utr_max_s,
+            "recut_frac": self.args.recut_frac,
+            "policy": str(self.work / "policy.toml"),
         }
         self.workers[slot] = subprocess.Popen(
             [sys.executable, __file__, "--worker", str(slot), "--work", str(self.work),
@@ -283,7 +361,8 @@ class Harness:
         )  # fmt: skip
 
     def outside(self, k: int) -> None:
-        """Bursts into outside/: towards full, held a few seconds, then deleted."""
+        """Bursts into outside/: towards the floor and below it, one in four until ENOSPC,
+        held a few seconds, then deleted."""
         rng = random.Random(self.args.seed * 31 + k)
         folder = self.mnt / "outside"
         block = rng.randbytes(MiB)
@@ -295,6 +374,8 @@ class Harness:
             free = st.f_bavail * st.f_frsize
             target = rng.uniform(0.3, 1.3) * self.floor  # down to around the floor, sometimes below
             want = max(0, int(free - target)) // self.args.outside
+            if rng.random() < 0.25:
+                want = free  # until the disk says ENOSPC
             try:
                 with open(path, "wb") as f:
                     left = want
@@ -316,16 +397,31 @@ class Harness:
 
         jan = Janitor.from_settings(policy=self.work / "policy.toml")
         device = os.stat(self.mnt).st_dev
+        cache = self.mnt / "cache"
         while not self.stop.wait(0.25):
             st = os.statvfs(self.mnt)
             free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
             self.min_free = min(self.min_free, free)
+            if free < self.floor:
+                self.below_floor_s += 0.25
             try:
                 with jan.ledger.read() as tx:
-                    if not tx.waiters.on(device):
-                        continue
+                    used = {os.path.basename(p.path).split(".")[0] for p in tx.pins.live()}
+                    waiting = bool(tx.waiters.on(device))
                     promised = sum(r.outstanding for r in live_reservations(tx, device=device))
             except Exception:
+                continue
+            size = in_use = 0
+            for f in list(cache.iterdir()):
+                try:
+                    n = f.stat().st_blocks * 512
+                except OSError:
+                    continue
+                size += n
+                if f.name.split(".")[0] in used:
+                    in_use += n
+            self.cache_over.append((size, self.quota + in_use))
+            if not waiting:
                 continue
             used = total - free
             self.util.append(min(1.0, (used + promised) / (total - self.floor)))
@@ -491,7 +587,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         h = Harness(args, work, env, rng)
         from janitor import Janitor
 
-        h.floor = Janitor.from_settings(policy=work / "policy.toml").volumes()["job_tmp"].floor
+        jan = Janitor.from_settings(policy=work / "policy.toml")
+        h.floor = jan.volumes()["job_tmp"].floor
+        quota = jan.policy.tree("media_cache").quota_bytes(jan.volumes()["media_cache"].total)
+        h.quota = quota or 0
+        jan.ledger.close()
         threads = [threading.Thread(target=h.sampler, daemon=True),
                    threading.Thread(target=h.killer, daemon=True)]  # fmt: skip
         threads += [threading.Thread(target=h.outside, args=(k,), daemon=True)
@@ -533,6 +633,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "floor": h.floor,
             "touched": touched(planted),
             "outside_enospc": h.outside_enospc,
+            "below_floor_s": h.below_floor_s,
+            "cache_over": h.cache_over,
             "waits": guard_log_waits(work / "log" / "guard.log"),
             "left": left,
             "work": str(work),
@@ -550,9 +652,20 @@ def _stop(daemon: subprocess.Popen[bytes]) -> None:
 def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
     recs = r["records"]
     by = {k: [x for x in recs if x["outcome"] == k] for k in
-          ("completed", "refused", "stopped", "enospc", "input", "lookup", "error",
-           "own-write")}  # fmt: skip
+          ("completed", "refused", "stopped", "enospc", "input", "awaiting", "error",
+           "own-write", "hit-lost", "probe-refused")}  # fmt: skip
     first = [x for x in by["refused"] if x["cuts"] == 0]
+    # A refusal that says how short it fell (never-fits says none: evicting every cache
+    # entry would not have made it fit), beside what the cache held that nothing used.
+    could = [x for x in first if 0 < x.get("short", 0) <= x.get("unused_cache", 0)]
+    done = len(by["completed"]) / len(recs) if recs else 0.0
+    over = [size - limit for size, limit in r["cache_over"]]
+    worst = max(range(len(over)), key=over.__getitem__) if over else None
+    probes_refused = sum(1 for x in recs if x.get("probe") == 75)
+    cache_row = "-"
+    if worst is not None:
+        size, limit = r["cache_over"][worst]
+        cache_row = f"{size / MiB:.1f} MiB vs {limit / MiB:.1f} MiB ({over[worst] / MiB:+.1f} MiB)"
     later = [x for x in recs if x["outcome"] not in ("completed", "stopped") and x["cuts"] > 0]
     lost = sum(x["cuts"] for x in later)
     stopped_lost = sum(x["cuts"] for x in by["stopped"])
@@ -561,10 +674,24 @@ def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
     started, admitted, refused_after = r["waits"]
     waits = sorted(admitted + refused_after)
     util = sorted(r["util"])
+    ended = len(admitted) + len(refused_after)
     rows = [
         Row("files started (killed mid-job not counted)", str(len(recs))),
-        Row("  completed", str(len(by["completed"]))),
+        Row(
+            "  completed",
+            f"{len(by['completed'])} ({100 * done:.0f} %)",
+            target=">= 80 %",
+            verdict=verdict(done >= 0.8),
+        ),
         Row("  refused at their first write", str(len(first))),
+        Row(
+            "    while unused cache could have made room",
+            str(len(could)),
+            target="0",
+            verdict=verdict(not could),
+        ),
+        Row("  probes refused (the file could never fit)", str(probes_refused)),
+        Row("    of those, failed at their first cut", str(len(by["probe-refused"]))),
         Row(
             "  failed later (groups of compute lost)",
             f"{len(later)} ({lost})",
@@ -574,12 +701,15 @@ def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
         Row("  stopped by outside writers (groups lost)", f"{len(by['stopped'])} ({stopped_lost})"),
         Row("workers SIGKILLed mid-job", str(len(r["kills"]))),
         Row(
-            "inputs deleted under a live job",
-            str(len(by["input"])),
+            "inputs deleted under a live job or awaiting use",
+            f"{len(by['input'])} + {len(by['awaiting'])}",
             target="0",
-            verdict=verdict(not by["input"]),
+            verdict=verdict(not by["input"] and not by["awaiting"]),
         ),
-        Row("  cached WAVs gone between lookup and first cut", str(len(by["lookup"]))),
+        Row(
+            "  cache hits evicted before their probe (nothing held them)",
+            str(len(by["hit-lost"])),
+        ),
         Row(
             "admitted writes that met ENOSPC",
             str(len(by["enospc"])),
@@ -600,8 +730,20 @@ def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
         ),
         Row("  folders never removed (within 120 s)", str(never)),
         Row(
-            "waits started / admitted / refused at the deadline",
+            "seconds below the floor",
+            f"{r['below_floor_s']:.1f} s ({100 * r['below_floor_s'] / r['elapsed']:.1f} %)",
+            target="<= 5 %",
+            verdict=verdict(r["below_floor_s"] <= 0.05 * r["elapsed"]),
+        ),
+        Row(
+            "cache size, most over its quota + what is in use",
+            cache_row,
+        ),
+        Row(
+            "waits started / admitted / refused at the end",
             f"{started} / {len(admitted)} / {len(refused_after)}",
+            target="<= 5 % refused",
+            verdict=verdict(len(refused_after) <= 0.05 * ended),
         ),
         Row(
             "wait time p50 / p99",
@@ -643,12 +785,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=5.0)
     p.add_argument("--size", default="192m", help="the tmpfs")
     p.add_argument("--floor", default="16MiB")
-    p.add_argument("--quota", default="48MiB", help="the media cache's")
+    p.add_argument("--quota", default="16MiB", help="the media cache's (less than a run converts)")
     p.add_argument("--workers", type=int, default=4, help="files aligned at once")
     p.add_argument("--sources", type=int, default=12, help="recordings to choose from")
     p.add_argument("--group-s", type=int, default=15)
     p.add_argument("--compute-s", type=float, default=0.3, help="'inference' per group")
     p.add_argument("--asr-frac", type=float, default=0.3)
+    p.add_argument("--utr-max-s", type=float, default=120.0, help="UTR between probe and cuts")
+    p.add_argument("--recut-frac", type=float, default=0.05, help="groups cut again")
     p.add_argument("--kill-every", type=float, default=25.0, help="seconds between SIGKILLs")
     p.add_argument("--outside", type=int, default=2, help="outside writers")
     p.add_argument("--outside-rate", type=float, default=24.0, help="MiB/s each")

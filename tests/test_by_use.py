@@ -358,7 +358,7 @@ def test_a_later_write_passes_the_head_of_the_queue_only_if_it_does_not_delay_it
                 folder = s.tmp / f".tmp{i}" / "fa_v2" / "audio"
                 folder.mkdir(parents=True, exist_ok=True)
                 write = PlannedWrite(str(folder / "g.pcm"), 1024, str(s.cache / f"{i}.wav"),
-                                     nbytes, 0, 16_000)  # fmt: skip
+                                     nbytes)  # fmt: skip
                 req = CallRequest((write,), (), sleepers[i].pid, sleepers[i].pid, wait_s=wait_s)
                 return grant(jan, prepare(jan, req))
 
@@ -481,3 +481,53 @@ def test_a_group_cut_again_without_room_waits_for_space_that_will_come(
     assert code == 0, err
     assert len(cuts_of(report)) == 4
     assert "a cut past its job's working set (a group cut again) waiting for" in guard_log
+
+
+# -- an outside writer that fills the disk to its last byte --------------------------------------
+
+
+@pytest.mark.usefixtures("front_end")
+def test_a_cut_that_meets_a_disk_filled_to_its_last_byte_is_stopped_cleanly(
+    tmp_path: Path,
+) -> None:
+    """An outside writer takes every free byte (fallocate) between a cut's admission and its
+    first write: ffmpeg meets ENOSPC and ends before any watch can stop it. The guard says what
+    happened, the job stopped by writers outside every reservation (exit 75, its line after
+    ffmpeg's own), and removes the partial output. (Before, ffmpeg's exit 1 came back as a
+    plain failure.)"""
+    with site(tmp_path, size="64m", floor="8MiB") as s:
+        wav = entry(s, 30)
+        audio = s.tmp / ".tmpfull" / "fa_v2" / "audio"
+        audio.mkdir(parents=True)
+        out = audio / "fa-v2-audio-0-0.pcm"
+        started, go = tmp_path / "started", tmp_path / "go"
+        real = tmp_path / "slow-ffmpeg"  # ffmpeg, once the test has filled the disk
+        real.write_text(
+            f"#!/bin/sh\ntouch {started}\nwhile [ ! -e {go} ]; do sleep 0.01; done\n"
+            f'exec {REAL_FFMPEG} "$@"\n'
+        )
+        real.chmod(0o755)
+        cut = subprocess.Popen(
+            ["ffmpeg", "-y", "-ss", "0.000", "-to", "20.000", "-i", str(wav), *PCM, str(out)],
+            env=s.env(JANITOR_FFMPEG=str(real)), stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        eventually(started.exists, timeout=30, what="the cut to be admitted")
+        with open(s.setup.mount / "outside.bin", "wb") as f:
+            want = free_of(s.setup.mount)
+            while want > 0:
+                try:
+                    os.posix_fallocate(f.fileno(), 0, want)
+                    break
+                except OSError:
+                    want -= 4096
+        go.touch()
+        _, err = cut.communicate(timeout=60)
+        code = cut.returncode
+        left = out.exists()
+    assert "No space left on device" in err, err
+    assert code == 75, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("space-janitor: stopped ffmpeg writing"), err
+    assert "writers outside every reservation" in last, err
+    assert not left

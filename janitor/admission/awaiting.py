@@ -74,8 +74,11 @@ def mark_awaiting(
 ) -> PinInfo:
     """Mark ``entry`` awaiting use by process ``owner_pid`` (started at ``owner_start``) for
     its tree's ``await_ttl``; a live mark of the same owner on the same entry is pushed back
-    instead of a second one made."""
+    instead of a second one made. A probe or a conversion is a use: it is recorded as a touch
+    too, so once the mark ends the entry is not the first that least recently used order
+    takes."""
     ttl = policy.tree(entry.tree).await_ttl
+    tx.touches.record([entry.path], now=now)
     for mark in tx.pins.awaiting_on(entry.tree, entry.unit):
         if mark.owner_pid == owner_pid and mark.owner_start == owner_start:
             tx.pins.extend(mark.id, now + ttl)

@@ -392,6 +392,25 @@ def _watch(child: Supervised, hold: _Hold) -> str | None:
     return None
 
 
+def _failed_below_floor(hold: _Hold, returncode: int) -> str | None:
+    """Why a failed ffmpeg counts as stopped: it exited with an error while an output's volume
+    was below its floor, so writers outside every reservation took the space it was promised
+    (a disk filled to the last byte beats any watch). None otherwise."""
+    if returncode <= 0:
+        return None
+    for held in hold.session.writes:
+        try:
+            st = os.statvfs(os.path.dirname(held.output) or ".")
+        except OSError:
+            continue
+        if st.f_bavail * st.f_frsize < held.floor:
+            return (
+                f"stopped ffmpeg writing {held.output}: its volume fell below its floor while "
+                "it wrote (writers outside every reservation took the space)"
+            )
+    return None
+
+
 def _finish(returncode: int) -> int:
     """Exit as ffmpeg did: by the same signal if it was killed by one."""
     if returncode >= 0:
@@ -552,6 +571,8 @@ def _run(real: str, args: list[str], hold: _Hold, log_dir: str | None) -> int:
             child.stop(5.0)
         code = child.wait()
         assert code is not None
+        if stopped is None:
+            stopped = _failed_below_floor(hold, code)
         removed = []
         if stopped is not None:
             removed = [o for o, b in before.items() if _remove_output(o, b)]

@@ -1195,6 +1195,35 @@ static char *at_risk(const struct held *h) {
     return reason;
 }
 
+/* Whether the volume of a held write's output is below its floor now (statvfs). */
+static int below_floor(const struct held *h) {
+    char folder[PATH_MAX];
+    const char *slash = strrchr(h->output, '/');
+    size_t n = slash == NULL ? 0 : (size_t)(slash - h->output);
+    if (slash == h->output) n = 1;
+    if (n == 0) strcpy(folder, ".");
+    else if (n < sizeof folder) { memcpy(folder, h->output, n); folder[n] = '\0'; }
+    else return 0;
+    struct statvfs vs;
+    if (statvfs(folder, &vs) != 0) return 0;
+    return (double)vs.f_bavail * (double)vs.f_frsize < h->floor;
+}
+
+/* Why a failed ffmpeg counts as stopped (janitor.jobs.guard._failed_below_floor): it exited
+ * with an error while an output's volume was below its floor, so writers outside every
+ * reservation took the space it was promised. NULL otherwise. */
+static char *failed_below_floor(const struct held *w, int nw, int status) {
+    if (!WIFEXITED(status) || WEXITSTATUS(status) == 0) return NULL;
+    for (int i = 0; i < nw; i++) {
+        if (!below_floor(&w[i])) continue;
+        struct buf line = {0};
+        buf_fmt(&line, "stopped ffmpeg writing %s: its volume fell below its floor while it "
+                "wrote (writers outside every reservation took the space)", w[i].output);
+        return line.failed ? strdup("stopped ffmpeg: its volume fell below its floor") : line.p;
+    }
+    return NULL;
+}
+
 /* Until ffmpeg ends: why it must stop (its output past the reservation, the reservation at
  * risk), else NULL; `status` is its wait status then. janitor.jobs.guard._watch, in C. */
 static char *watch(pid_t pid, struct held *w, int nw, int *status, int *reaped) {
@@ -1221,17 +1250,7 @@ static char *watch(pid_t pid, struct held *w, int nw, int *status, int *reaped) 
                         b, w[i].pooled ? "its job has left of its working set" : "reserved for it");
                 return line.failed ? strdup("stopped ffmpeg: past its reservation") : line.p;
             }
-            /* The folder of the output, as os.path.dirname(output) or "." */
-            char folder[PATH_MAX];
-            const char *slash = strrchr(w[i].output, '/');
-            size_t n = slash == NULL ? 0 : (size_t)(slash - w[i].output);
-            if (slash == w[i].output) n = 1;
-            if (n == 0) strcpy(folder, ".");
-            else if (n < sizeof folder) { memcpy(folder, w[i].output, n); folder[n] = '\0'; }
-            else continue;
-            struct statvfs vs;
-            if (statvfs(folder, &vs) != 0) continue;
-            if ((double)vs.f_bavail * (double)vs.f_frsize >= w[i].floor) continue;
+            if (!below_floor(&w[i])) continue; /* above the floor nobody is at risk */
             int64_t t = now_ms();
             if (t - checked < POLL_MS) continue;
             checked = t;
@@ -1534,6 +1553,7 @@ static int run(const char *p, const char *end, const sigset_t *given_mask) {
     }
     if (sentinel > 0) reap_sentinel(sentinel, 5000);
     if (!reaped) (void)reap(pid, -1, &status);
+    if (stopped == NULL) stopped = failed_below_floor(w, nw, status);
     g_child = 0;
     restore_signals();
     if (cover_fd >= 0) (void)close(cover_fd);
