@@ -78,6 +78,7 @@ def _checks(
     else:
         yield Check("policy", "ok", f"{settings.policy_path}: {plural(len(policy.trees), 'tree')}")
         yield from _policy_checks(policy)
+        yield from _staging_checks(policy)
     yield _ledger_check(settings)
     yield from _daemon_checks(settings)
     yield _server_check()
@@ -165,6 +166,35 @@ def _policy_checks(policy: Any) -> Iterator[Check]:
             )
         else:
             yield Check(f"volume {vol.mount}", "ok", what)
+
+
+def _staging_checks(policy: Any) -> Iterator[Check]:
+    """For each staging tree (``active_jobs``): which ``jobs.db`` and ``server.yaml`` it goes
+    by (those beside it), whether that jobs.db can be read, and what a sweep keeps for it."""
+    from janitor.cleanup.scan import scan
+    from janitor.cleanup.staging import FIX, read_staging
+    from janitor.cleanup.units import group_units
+    from janitor.host.batchalign3 import server_config, staging_state
+    from janitor.humanize import format_duration
+
+    for name, tree in policy.trees.items():
+        if tree.active_jobs != "batchalign3":
+            continue
+        snap = scan(tree.path)
+        keys = group_units(snap, tree).keys() if snap.exists else ()
+        store = read_staging(tree, str(tree.path), keys)
+        cfg = server_config(state=staging_state(tree.path))
+        what = (
+            f"jobs from {store.db}; orphan_age {format_duration(tree.orphan_age)} "
+            f"(job_ttl_days {cfg.job_ttl_days} in {cfg.path})"
+        )
+        if store.kept is not None:
+            yield Check(f"staging {name}", "warn", f"{what}; {store.kept}", FIX)
+        elif store.problem is not None:
+            yield Check(f"staging {name}", "ok", f"{what}; {store.problem}; no folder to keep")
+        else:
+            held = plural(len(store.live), "folder")
+            yield Check(f"staging {name}", "ok", f"{what}; {held} of unfinished jobs kept")
 
 
 def _ledger_check(settings: Settings) -> Check:

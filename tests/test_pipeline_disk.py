@@ -113,15 +113,21 @@ def test_staging_follows_server_yaml_job_ttl_days(run_cli: Cli) -> None:
     put(state() / "server.yaml", b"job_ttl_days: 30\n")
     kept = staged("nine-days", 9)
     gone = staged("forty-days", 40)
+    write_jobs_db([("nine-days", "completed"), ("forty-days", "completed")])
     sweep(run_cli)
     assert kept.exists() and not gone.exists()
 
 
-def test_staging_with_an_unreadable_jobs_db_goes_by_age_alone(run_cli: Cli) -> None:
-    put(state() / "jobs.db", b"not a database")
+def test_staging_with_an_unreadable_jobs_db_keeps_every_folder_and_says_so(run_cli: Cli) -> None:
+    db = put(state() / "jobs.db", b"not a database")
     old = staged("old", 9)
-    sweep(run_cli)
-    assert not old.exists()
+    result = sweep(run_cli)
+    assert old.exists()
+    assert [w for w in result["warnings"] if str(db) in w] == [
+        f"tree 'batchalign3_jobs': {db} cannot be read: file is not a database; kept 1 staging "
+        "folder, as any could be a queued or running job's; batchalign3 keeps jobs.db in its "
+        "state folder beside jobs/: point the tree at that jobs/ folder, or make jobs.db readable"
+    ]
 
 
 def test_diarization_and_cantonese_temp_are_orphans_by_age_other_tmp_folders_stay(

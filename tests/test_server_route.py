@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from janitor.host import batchalign3
-from janitor.ledger.foreign import active_jobs
+from janitor.ledger.foreign import unfinished_jobs
 
 from .conftest import one_line_error
 
@@ -264,18 +264,34 @@ def test_server_config_defaults_and_validation(monkeypatch: pytest.MonkeyPatch) 
     assert batchalign3.server_config().path == elsewhere / "server.yaml"
 
 
-def test_active_jobs_read_only_from_jobs_db() -> None:
+def test_unfinished_jobs_read_only_from_jobs_db() -> None:
+    """Every status batchalign3 does not hold as terminal (queued, running, and one it may add)
+    is unfinished; the file is never written; what cannot be read says why."""
     db = batchalign3.jobs_db()
-    assert active_jobs(db) is None  # no database: age alone judges
+    read = unfinished_jobs(db)
+    assert read.problem == f"{db} does not exist" and not read.ids
     db.parent.mkdir(parents=True, exist_ok=True)
     with sqlite3.connect(db) as conn:
-        conn.execute("CREATE TABLE jobs (job_id TEXT PRIMARY KEY, status TEXT NOT NULL)")
-        conn.executemany(
-            "INSERT INTO jobs VALUES (?, ?)",
-            [("a", "queued"), ("b", "running"), ("c", "completed"), ("d", "interrupted")],
+        conn.execute(
+            "CREATE TABLE jobs (job_id TEXT PRIMARY KEY, status TEXT NOT NULL, staging_dir TEXT)"
         )
+        conn.executemany(
+            "INSERT INTO jobs VALUES (?, ?, ?)",
+            [
+                ("a", "queued", "/s/jobs/a"),
+                ("b", "running", ""),
+                ("c", "completed", "/s/jobs/c"),
+                ("d", "interrupted", ""),
+                ("e", "failed", ""),
+                ("f", "cancelled", ""),
+                ("g", "paused", ""),  # a state batchalign3 may add: not known to be finished
+            ],
+        )
+    conn.close()
     before = db.stat().st_mtime_ns
-    assert active_jobs(db) == {"a", "b"}
+    read = unfinished_jobs(db)
+    assert (read.ids, read.staging, read.problem) == ({"a", "b", "g"}, {"/s/jobs/a"}, None)
     assert db.stat().st_mtime_ns == before
     db.write_bytes(b"not a database")
-    assert active_jobs(db) is None
+    read = unfinished_jobs(db)
+    assert read.problem is not None and "not a database" in read.problem and not read.ids

@@ -21,6 +21,7 @@ from janitor.admission.volume import Volume
 from janitor.cleanup.delete import Report, apply
 from janitor.cleanup.plan import Plan, Reason, plan_pressure, plan_units
 from janitor.cleanup.scan import display_path
+from janitor.cleanup.staging import StagingJobs
 from janitor.cleanup.world import World, measure_volumes, plan_world, survey
 from janitor.config.policy import Policy, TreePolicy, trees_by_device
 from janitor.config.state_dir import access_error
@@ -50,11 +51,15 @@ class SweepResult:
     #: Allocated bytes below each swept tree's root as the scan found them (what `janitor
     #: space` shows without walking the trees a second time).
     sizes: Mapping[str, int] = field(default_factory=dict)
+    #: What each staging tree's job store said (a store that cannot be read keeps every folder).
+    staging: tuple[StagingJobs, ...] = ()
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        """What the sweep has to say: trees it could not sweep, then what the deleter saw."""
-        return self.unswept + self.report.warnings
+        """What the sweep has to say: trees it could not sweep, staging trees whose job store
+        could not be read (one line a tree), then what the deleter saw."""
+        stores = tuple(w for w in (s.warning for s in self.staging) if w is not None)
+        return self.unswept + stores + self.report.warnings
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of `janitor sweep --json` and ``POST /v1/sweep``."""
@@ -174,7 +179,7 @@ def run_sweep(
         plan = plan_world(world, pressure=pressure)
         report = apply(plan, ledger=ledger, dry_run=dry_run, open_set=world.protection.open)
     sizes = {s.tree.name: s.snapshot.total for s in world.scanned}
-    return SweepResult(plan, report, tuple(_unswept(trees)), sizes)
+    return SweepResult(plan, report, tuple(_unswept(trees)), sizes, found.staging)
 
 
 def _holds_entries(tree: TreePolicy) -> bool:

@@ -3,8 +3,10 @@
 A sweep first looks (:func:`survey`): it scans each of its trees, reads the ledger once, in one
 transaction (:func:`read_ledger`: pins, reservations, jobs and the touches under each tree;
 reaped first when the sweep may delete, the same reap as ``Janitor.reap``), and groups each
-tree into its units. Then it gathers what is in use now (:meth:`Survey.protection`: also the
-held lock files, the open files, a staging tree's queued jobs) and measures each volume once
+tree into its units, and reads the job store beside each staging tree once
+(:func:`janitor.cleanup.staging.read_staging`). Then it gathers what is in use now
+(:meth:`Survey.protection`: also the held lock files, the open files, a staging tree's
+unfinished jobs) and measures each volume once
 (:func:`measure_volumes`). :func:`plan_world` plans from that :class:`World` alone.
 """
 
@@ -20,6 +22,7 @@ from janitor.admission.volume import Volume
 from janitor.cleanup.glance import still_there, writing
 from janitor.cleanup.plan import Plan, Protection, ScannedTree, plan_pressure, plan_tree
 from janitor.cleanup.scan import scan
+from janitor.cleanup.staging import StagingJobs, read_staging
 from janitor.cleanup.units import group_units
 from janitor.config.policy import Policy, TreePolicy
 from janitor.errors import LedgerError
@@ -77,11 +80,13 @@ def read_ledger(ledger: Ledger, roots: Iterable[str], now: float, *, reap: bool)
 @dataclass(frozen=True, slots=True)
 class Survey:
     """A sweep's trees as it found them (those whose root is there: scanned, and grouped with
-    the touches recorded), with what the ledger said, at ``now``."""
+    the touches recorded), with what the ledger said, at ``now``, and what the job store of
+    each staging tree said (``staging``)."""
 
     scanned: tuple[ScannedTree, ...]
     recorded: Recorded
     now: float
+    staging: tuple[StagingJobs, ...] = ()
 
     @property
     def devices(self) -> set[int]:
@@ -110,7 +115,8 @@ class Survey:
                 sources.update(s.source for s in job.sources if s.pin)
             elif still_there(job) and not job.foreign:
                 orphans.add(job.folder)
-        live.update(_active_staging(self.scanned))
+        for store in self.staging:
+            live.update(store.live)
         return Protection(
             self.recorded.pins | sources,
             self.recorded.reserved,
@@ -151,7 +157,12 @@ def survey(
         ScannedTree(snap, group_units(snap, tree, recorded.touches.get(snap.root)), tree)
         for tree, snap in found
     )
-    return Survey(scanned, recorded, now)
+    staging = tuple(
+        read_staging(s.tree, s.snapshot.root, s.units.keys())
+        for s in scanned
+        if s.tree.active_jobs == "batchalign3"
+    )
+    return Survey(scanned, recorded, now, staging)
 
 
 def held_locks(scanned: Iterable[ScannedTree]) -> frozenset[str]:
@@ -176,21 +187,6 @@ def held_locks(scanned: Iterable[ScannedTree]) -> frozenset[str]:
             candidates = [e.path for e in snap.entries if e.ino in inodes]
         held.update(p for p in candidates if p is not None and os.path.lexists(p) and lock_held(p))
     return frozenset(held)
-
-
-def _active_staging(scanned: Iterable[ScannedTree]) -> set[str]:
-    """The folders of a staging tree (``active_jobs``) named for a job its program holds as
-    queued or running: kept as a live job's folder. Unreadable job store: age alone judges."""
-    from janitor.host.batchalign3 import jobs_db
-    from janitor.ledger.foreign import active_jobs
-
-    folders: set[str] = set()
-    for s in scanned:
-        if s.tree.active_jobs != "batchalign3":
-            continue
-        ids = active_jobs(jobs_db())
-        folders.update(os.path.join(s.snapshot.root, i) for i in ids or ())
-    return folders
 
 
 def measure_volumes(policy: Policy, scanned: Iterable[ScannedTree]) -> dict[int, Volume]:

@@ -411,12 +411,19 @@ class TreePolicy(_Model):
     @classmethod
     def _ttl_of_active_jobs(cls, data: Any) -> Any:
         """A staging tree of batchalign3's jobs keeps them as long as batchalign3 does:
-        orphan_age, when not written, is its ``server.yaml``'s ``job_ttl_days``."""
+        orphan_age, when not written, is the ``job_ttl_days`` of the ``server.yaml`` beside the
+        tree (in the state folder that holds it), not of the one our environment would name."""
         batchalign = isinstance(data, dict) and data.get("active_jobs") == "batchalign3"
         if batchalign and "orphan_age" not in data:
-            from janitor.host.batchalign3 import server_config
+            from janitor.host.batchalign3 import server_config, staging_state
 
-            data = {**data, "orphan_age": server_config().job_ttl_days * 86400.0}
+            raw = data.get("path")
+            try:
+                root = Path(raw) if isinstance(raw, os.PathLike) else expand_path(raw)
+            except (TypeError, ValueError):
+                return data  # no usable path: reported as such, and no server.yaml to read
+            ttl = server_config(state=staging_state(root)).job_ttl_days
+            data = {**data, "orphan_age": ttl * 86400.0}
         return data
 
     def unit_rules(self) -> tuple[tuple[str, tuple[str, ...]], ...]:

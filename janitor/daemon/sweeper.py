@@ -23,7 +23,10 @@ from janitor.sizes import format_size
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from janitor.cleanup.delete import Report
+    from janitor.cleanup.staging import StagingJobs
     from janitor.cleanup.sweep import SweepResult
 
 __all__ = ["Pending", "Sweeper", "deleted_summary"]
@@ -121,6 +124,9 @@ class Sweeper:
         self.watching = watching
         self._stop = stop
         self._thread: threading.Thread | None = None
+        # Each staging tree's job store that could not be read, as last logged: (db, problem).
+        self._stores_said: dict[str, tuple[str, str]] = {}
+        self._stores_lock = threading.Lock()
 
     # -- the eviction thread -------------------------------------------------------------------
 
@@ -198,8 +204,28 @@ class Sweeper:
         if result.report.deleted_units:
             self.janitor.space.notify()
             log.info("swept %s", deleted_summary(result.report))
-        for warning in result.warnings:
+        for warning in result.unswept + result.report.warnings:
             log.warning("%s", warning)
+        self.say_stores(result.staging)
+
+    def say_stores(self, stores: Iterable[StagingJobs]) -> None:
+        """Log a staging tree's job store that cannot be read once, when that starts (or its
+        reason or file changes), and once more when it can be read again: it is a condition
+        that lasts, not an event of each sweep (`janitor doctor` shows it at any time)."""
+        with self._stores_lock:
+            for store in stores:
+                said = self._stores_said.get(store.tree)
+                if store.warning is not None and store.problem is not None:
+                    if said != (store.db, store.problem):
+                        log.warning("%s", store.warning)
+                        self._stores_said[store.tree] = (store.db, store.problem)
+                elif store.problem is None and said is not None:
+                    log.info(
+                        "tree %r: %s can be read again; its staging folders are judged by it",
+                        store.tree,
+                        store.db,
+                    )
+                    del self._stores_said[store.tree]
 
     def relieve(self, device: int) -> None:
         """Pressure eviction: caches on the volume until free >= free_target (Nix-style)."""

@@ -2,9 +2,13 @@
 
 batchalign3 keeps its state in one folder: ``$BATCHALIGN_STATE_DIR``, else ``~/.batchalign3``
 (``/Users/ana/.batchalign3``). There live ``server.yaml`` (the server's port, 8000 unless set,
-and ``job_ttl_days``, 7), ``jobs.db`` (its job store), ``jobs/`` (uploads staged per job) and
-its logs. Its CLI hands a job to any local server that answers ``GET /health`` on
-``127.0.0.1:{port}`` within 500 ms with a JSON object; :func:`local_server` asks the same way.
+and ``job_ttl_days``, 7), ``jobs.db`` (its job store), ``jobs/`` (uploads staged per job, in
+``jobs/<job_id>``) and its logs. A staging folder found on disk belongs to the ``jobs.db`` and
+``server.yaml`` beside it (:func:`staging_state`), whatever our own environment says: the
+server that made it may run with another ``HOME`` or ``BATCHALIGN_STATE_DIR``.
+
+Its CLI hands a job to any local server that answers ``GET /health`` on ``127.0.0.1:{port}``
+within 500 ms with a JSON object; :func:`local_server` asks the same way.
 
 Nothing here writes into batchalign3's folders, and ``jobs.db`` is opened read-only.
 """
@@ -30,6 +34,7 @@ __all__ = [
     "local_server",
     "media_cache_dir",
     "server_config",
+    "staging_state",
     "state_dir",
 ]
 
@@ -62,9 +67,22 @@ class ServerConfig:
     problem: str | None = None
 
 
-def server_config(env: Mapping[str, str] | None = None) -> ServerConfig:
-    """Read ``server.yaml`` from batchalign3's state folder; a missing file gives the defaults."""
-    path = state_dir(env) / "server.yaml"
+def staging_state(staging: Path) -> Path:
+    """The state folder a staging tree (``<state>/jobs``) belongs to: the folder holding it.
+
+    batchalign3 stages a job in ``<state>/jobs/<job_id>`` and keeps ``jobs.db`` and
+    ``server.yaml`` in ``<state>`` itself (its ``RuntimeLayout``: ``jobs_dir`` is
+    ``state_dir.join("jobs")``), so the tree's parent is where its job store and TTL are.
+    """
+    return staging.parent
+
+
+def server_config(
+    env: Mapping[str, str] | None = None, *, state: Path | None = None
+) -> ServerConfig:
+    """Read ``server.yaml`` from batchalign3's state folder (``state``, else the one ``env``
+    names); a missing file gives the defaults."""
+    path = (state_dir(env) if state is None else state) / "server.yaml"
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -133,10 +151,10 @@ def local_server(port: int, *, timeout: float = HEALTH_TIMEOUT_S) -> Health | No
     )
 
 
-def jobs_db(env: Mapping[str, str] | None = None) -> Path:
-    """batchalign3's job store (``~/.batchalign3/jobs.db``): read with
-    :func:`janitor.ledger.foreign.active_jobs`."""
-    return state_dir(env) / "jobs.db"
+def jobs_db(env: Mapping[str, str] | None = None, *, state: Path | None = None) -> Path:
+    """batchalign3's job store (``~/.batchalign3/jobs.db``) in ``state``, else in the state
+    folder ``env`` names: read with :func:`janitor.ledger.foreign.unfinished_jobs`."""
+    return (state_dir(env) if state is None else state) / "jobs.db"
 
 
 def media_cache_dir(env: Mapping[str, str] | None = None) -> Path:
