@@ -113,7 +113,7 @@ def test_a_new_ledger_has_the_current_schema(
     jan = cache_janitor()
     jan.reserve("t", 1).release()
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     sql = _schema_sql(janitor_env.ledger)
     assert "WITHOUT ROWID" in sql["reservations"] and "job_id" in sql["reservations"]
     assert {"jobs", "job_writers", "job_sources", "waiters", "jobs_active"} <= set(sql)
@@ -157,7 +157,7 @@ def test_schema_1_is_upgraded_in_place_keeping_what_a_prune_would_keep(
     live = jan.reservations()
     assert [(r.id, r.bytes) for r in live] == [("r-00000000000000aa", 3 << 20)]
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
         assert conn.execute("SELECT id, state FROM reservations ORDER BY id").fetchall() == [
             ("r-00000000000000aa", "live"),
             ("r-00000000000000bb", "released"),
@@ -198,10 +198,10 @@ def test_schema_2_gains_the_command_columns_and_keeps_its_reservations(
     covered = again.cover(r.id, os.getpid())
     assert covered.command_pid == os.getpid()
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert conn.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
-    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 2, "to": 4}]
+    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 2, "to": 5}]
     again.release(r.id)
 
 
@@ -222,10 +222,41 @@ def test_schema_3_gains_the_job_tables_and_keeps_its_reservations(
     assert [(x.id, x.job_id) for x in again.reservations()] == [(r.id, None)]
     assert again.jobs() == []
     with sqlite3.connect(janitor_env.ledger) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 3, "to": 4}]
+    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 3, "to": 5}]
     again.release(r.id)
+
+
+def test_schema_4_keeps_its_jobs_and_their_writers(
+    cache_janitor: Callable[[], Janitor], janitor_env: JanitorEnv, tmp_path: Path
+) -> None:
+    """A schema-4 ledger (writers without their process group) is upgraded in place: a live
+    job keeps its writer, which knows no group (its lineage is not followed, as before)."""
+    from janitor.admission.jobs import JobFolder, record_job
+    from janitor.host.owner import process_start
+    from janitor.ledger.jobs import Writer
+
+    folder = tmp_path / ".tmpjob"
+    folder.mkdir()
+    st = folder.stat()
+    where = JobFolder("t", str(folder), st.st_dev, st.st_ino)
+    me, start = os.getpid(), process_start(os.getpid())
+    jan = cache_janitor()
+    job = jan.ledger.call(lambda tx: record_job(tx, where, Writer(me, start), run=None, now=1.0))
+    jan.ledger.close()
+    with sqlite3.connect(janitor_env.ledger) as conn:  # back to schema 4
+        conn.execute("ALTER TABLE job_writers DROP COLUMN leader_start")
+        conn.execute("ALTER TABLE job_writers DROP COLUMN pgid")
+        conn.execute("PRAGMA user_version = 4")
+    again = cache_janitor()
+    (kept,) = again.jobs()
+    assert (kept.id, kept.state, kept.writers) == (job.id, "live", (Writer(me, start),))
+    with sqlite3.connect(janitor_env.ledger) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 4, "to": 5}]
+    again.ledger.close()
 
 
 def test_a_ledger_from_a_newer_version_is_refused_untouched(

@@ -2,7 +2,7 @@
 
 :func:`migrate` runs inside a write transaction that :class:`janitor.ledger.db.Ledger` opens
 under the writer lock; it reads the file's ``user_version``, refuses a newer one untouched,
-and creates or upgrades the tables (schema 1, 2 or 3 to 4), every row kept.
+and creates or upgrades the tables (schema 1, 2, 3 or 4 to 5), every row kept.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from janitor.errors import LedgerError
 
 __all__ = ["KEEP_S", "SCHEMA_VERSION", "migrate", "refuse_newer"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Shaped for the writes that queue behind the writer lock (a reserve, a release), since each
 # page such a write touches is re-read after another process wrote and copied into the WAL on
@@ -151,7 +151,7 @@ INSERT INTO log SELECT * FROM log_v1 WHERE ts >= :cutoff;
 INSERT INTO log (id, ts, event, detail) VALUES (
     max((SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = 'log_v1'),
         (SELECT coalesce(max(id), 0) FROM log_v1)) + 1,
-    :now, 'upgrade', '{{"from": 1, "to": 4}}');
+    :now, 'upgrade', '{{"from": 1, "to": 5}}');
 DROP TABLE reservations_v1;
 DROP TABLE log_v1;
 DELETE FROM sqlite_sequence WHERE name IN ('log', 'log_v1')
@@ -177,6 +177,15 @@ ALTER TABLE reservations ADD COLUMN job_id TEXT;
 """
 
 
+#: Schema 4 -> 5: each process recorded with a job keeps its process group and the start of the
+#: process that held the group's number then, so what it forked is followed once it exits
+#: (janitor.host.lineage).
+_MIGRATE_4 = """
+ALTER TABLE job_writers ADD COLUMN pgid INTEGER;
+ALTER TABLE job_writers ADD COLUMN leader_start REAL
+"""
+
+
 def refuse_newer(version: int, path: Path) -> None:
     """LedgerError for a ledger that a newer space-janitor wrote (schema ``version``)."""
     if version > SCHEMA_VERSION:
@@ -199,13 +208,14 @@ def migrate(conn: sqlite3.Connection, path: Path) -> int:
         return version
     if version == 1:
         script = _MIGRATE_1.format(schema=_SCHEMA, reservation_columns=_RESERVATION_COLUMNS_1)
-    elif version in (2, 3):
-        steps = (_MIGRATE_2, _MIGRATE_3) if version == 2 else (_MIGRATE_3,)
+        script = ";".join((script, _MIGRATE_4))
+    elif version in (2, 3, 4):
+        steps = {2: (_MIGRATE_2, _MIGRATE_3), 3: (_MIGRATE_3,), 4: ()}[version]
         note = "INSERT INTO log (ts, event, detail) VALUES (:now, 'upgrade', "
         note += f'\'{{"from": {version}, "to": {SCHEMA_VERSION}}}\')'
-        script = ";".join((*steps, note))
+        script = ";".join((*steps, _MIGRATE_4, note))
     else:
-        script = _SCHEMA
+        script = ";".join((_SCHEMA, _MIGRATE_4))
     now = time.time()
     args = {"cutoff": now - KEEP_S, "now": now}
     # One statement at a time: executescript() would commit our transaction.
