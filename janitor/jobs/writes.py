@@ -226,7 +226,8 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
         # The guard's parent, PID 1 included (a server that is a container's entrypoint), and
         # the go-betweens up to the writer, all recorded: the job lives while any of them, or
         # what they forked, runs. One gone before it was read has a start time no process has.
-        guard = req.owner_pid if req.writer_is_parent else None
+        parent = req.writer_is_parent and req.writer_pid != req.owner_pid
+        guard = req.owner_pid if parent else None
         chain = writer_chain(req.writer_pid, guard=guard)
         lineage = tuple(Writer(c.pid, c.start, c.pgid, c.leader_start) for c in chain.links)
         top = chain.writer
