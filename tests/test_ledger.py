@@ -232,10 +232,12 @@ def test_schema_3_gains_the_job_tables_and_keeps_its_reservations(
 
 
 def _back_to_schema_4(conn: sqlite3.Connection) -> None:
-    """Undo schema 5: no draws, pins without a kind or a unit."""
+    """Undo schema 5: no draws, pins without a kind or a unit, writers without a group."""
     conn.execute("DROP TABLE draws")
     conn.execute("ALTER TABLE pins DROP COLUMN unit")
     conn.execute("ALTER TABLE pins DROP COLUMN kind")
+    conn.execute("ALTER TABLE job_writers DROP COLUMN leader_start")
+    conn.execute("ALTER TABLE job_writers DROP COLUMN pgid")
 
 
 def test_schema_4_gains_pin_kinds_and_draws_and_keeps_its_pins(
@@ -260,6 +262,36 @@ def test_schema_4_gains_pin_kinds_and_draws_and_keeps_its_pins(
         assert conn.execute("SELECT count(*) FROM draws").fetchone()[0] == 0
     assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 4, "to": 5}]
     again.unpin(pin.id)
+
+
+def test_schema_4_keeps_its_jobs_and_their_writers(
+    cache_janitor: Callable[[], Janitor], janitor_env: JanitorEnv, tmp_path: Path
+) -> None:
+    """A schema-4 ledger (writers without their process group) is upgraded in place: a live
+    job keeps its writer, which knows no group (its lineage is not followed, as before)."""
+    from janitor.admission.jobs import JobFolder, record_job
+    from janitor.host.owner import process_start
+    from janitor.ledger.jobs import Writer
+
+    folder = tmp_path / ".tmpjob"
+    folder.mkdir()
+    st = folder.stat()
+    where = JobFolder("t", str(folder), st.st_dev, st.st_ino)
+    me, start = os.getpid(), process_start(os.getpid())
+    jan = cache_janitor()
+    job = jan.ledger.call(lambda tx: record_job(tx, where, Writer(me, start), run=None, now=1.0))
+    jan.ledger.close()
+    with sqlite3.connect(janitor_env.ledger) as conn:
+        _back_to_schema_4(conn)
+        conn.execute("PRAGMA user_version = 4")
+    again = cache_janitor()
+    (kept,) = again.jobs()
+    assert (kept.id, kept.state, kept.writers) == (job.id, "live", (Writer(me, start),))
+    with sqlite3.connect(janitor_env.ledger) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert [e.detail for e in again.ledger.entries(events=("upgrade",))] == [{"from": 4, "to": 5}]
+    again.ledger.close()
 
 
 def test_a_ledger_from_a_newer_version_is_refused_untouched(

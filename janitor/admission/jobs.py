@@ -2,12 +2,14 @@
 it (schedulers call it a job's scratch request: HTCondor's ``request_disk``, Slurm's ``--tmp``).
 
 A job is a unit folder of a scratch tree (``units = "dir"``), recorded at the first guarded
-write into it with its writer (the process that ran ffmpeg, a pid and its start time) and its
-sources (the inputs it cuts from). It lives while its folder is there and a writer runs:
+write into it with its writers (the processes each cut came through, from the one that ran
+ffmpeg up to the writer: each a pid and its start time, and its process group) and its sources
+(the inputs it cuts from). It lives while its folder is there and one of its processes runs: a
+writer, or what a writer forked that lives on (:mod:`janitor.host.lineage`):
 
 - its folder removed (the pipeline's ``TempDir`` dropped): ``done``, its working-set
   reservations released and its source pins ended;
-- every writer dead with the folder still there: an ``orphan``, at once (no ``orphan_age``);
+- every process gone with the folder still there: an ``orphan``, at once (no ``orphan_age``);
   the daemon, a sweep or ``janitor run`` removes it with every deleter check; then ``removed``.
   A folder that held files older than the job's first guarded write (``foreign``: another job's,
   which the guard never saw written) is never removed at once: its tree's ``orphan_age`` rules.
@@ -25,10 +27,12 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from janitor.admission.reserve import end_logged, live_reservations, owners_alive, reap
+from janitor.host.lineage import keepers
 from janitor.host.owner import still_alive
 from janitor.host.space import allocated_size
 from janitor.ledger.jobs import JobInfo, SourceInfo, Writer, new_job_id
@@ -48,12 +52,12 @@ __all__ = [
     "end_job",
     "folder_is",
     "job_folder",
+    "job_keepers",
     "reap_all",
     "reap_jobs",
     "reap_waiters",
     "record_job",
     "set_source",
-    "writer_alive",
 ]
 
 
@@ -95,9 +99,12 @@ def job_folder(policy: Policy, tree: str, path: str) -> JobFolder | None:
     return JobFolder(tree, folder, st.st_dev, st.st_ino)
 
 
-def writer_alive(writer: Writer) -> bool:
-    """True while the writer runs (the same process: its start time is checked)."""
-    return still_alive(writer.pid, writer.start)
+def job_keepers(writers: Iterable[Writer]) -> tuple[int, ...]:
+    """The pids that keep a job with these recorded ``writers`` alive: a writer that runs (the
+    same process: its start time is checked exactly), else what they forked that lives on in
+    their process groups; () for an orphan. The one rule for every caller: reaps, sweeps,
+    admission's working sets and ``janitor run``."""
+    return keepers(writers)
 
 
 def folder_is(job: JobInfo) -> bool:
@@ -146,7 +153,7 @@ def reap_jobs(tx: Tx, now: float | None = None) -> list[JobEnd]:
         if not folder_is(job):
             state = "done" if job.state == "live" else "removed"
             ended.append(end_job(tx, job, state, "folder removed", now))
-        elif job.state == "live" and not any(writer_alive(w) for w in job.writers):
+        elif job.state == "live" and not job_keepers(job.writers):
             ended.append(end_job(tx, job, "orphan", "every writer died", now))
     return ended
 
@@ -168,10 +175,19 @@ def reap_all(tx: Tx, now: float) -> Reaped:
     return Reaped(reap(tx, now), tx.pins.reap(now), reap_jobs(tx, now))
 
 
-def record_job(tx: Tx, where: JobFolder, writer: Writer, *, run: str | None, now: float) -> JobInfo:
-    """The job of folder ``where``, recorded now if it is new, with ``writer`` among its
-    writers. A recorded job whose folder was replaced (another inode) ends first; an orphan
-    that a live process writes into again is live again."""
+def record_job(
+    tx: Tx,
+    where: JobFolder,
+    writer: Writer,
+    *,
+    run: str | None,
+    now: float,
+    lineage: Sequence[Writer] = (),
+) -> JobInfo:
+    """The job of folder ``where``, recorded now if it is new, with ``writer`` and the rest of
+    the call's ``lineage`` (the process that ran ffmpeg, the go-betweens) among its writers. A
+    recorded job whose folder was replaced (another inode) ends first; an orphan that a live
+    process writes into again is live again."""
     job = tx.jobs.active_at(where.folder)
     if job is not None and (job.ino != where.ino or job.device != where.device):
         end_job(tx, job, "done" if job.state == "live" else "removed", "folder replaced", now)
@@ -188,7 +204,8 @@ def record_job(tx: Tx, where: JobFolder, writer: Writer, *, run: str | None, now
         )  # fmt: skip
     elif job.state == "orphan":
         tx.jobs.set_state(job.id, "live", now)
-    if tx.jobs.add_writer(job.id, writer, now) or job.state != "live":
+    added = [tx.jobs.add_writer(job.id, w, now) for w in dict.fromkeys((*lineage, writer))]
+    if any(added) or job.state != "live":
         refreshed = tx.jobs.get(job.id)
         assert refreshed is not None  # written in this very transaction
         job = refreshed

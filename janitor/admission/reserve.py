@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from janitor.admission.volume import Level, known_device, level_of, read_volume
 from janitor.errors import ConfigError, ReservationRefused, UnknownReservation
+from janitor.host.lineage import keepers
 from janitor.host.owner import still_alive
 from janitor.ledger.paths import py_path
 from janitor.ledger.reservations import ReservationInfo, new_id, outstanding
@@ -163,19 +164,12 @@ def _reap_and_sum(tx: Tx, now: float, device: int | None) -> tuple[list[Reservat
             ending.append((rid, "expired"))
             continue
         if job_id is not None:
-            # A job's working set lives while its folder is there and any of its writers runs.
+            # A job's working set lives while its folder is there and any of its processes runs
+            # (a writer, or what one forked that lives on: janitor.host.lineage).
             if not os.path.lexists(py_path(path)):
                 ending.append((rid, "released"))  # its job folder is gone: the job is done
                 continue
-            runs = False
-            for w in tx.jobs.writers(job_id):
-                key = (w.pid, w.start)
-                if key not in alive:
-                    alive[key] = still_alive(w.pid, w.start)
-                if alive[key]:
-                    runs = True
-                    break
-            if not runs:
+            if not keepers(tx.jobs.writers(job_id)):
                 ending.append((rid, "dead"))
             elif dev == device:
                 reserved += outstanding(nbytes, py_path(path))
@@ -279,9 +273,8 @@ def live_reservations(
         if info.job_id is not None:
             if info.path is not None and not os.path.lexists(info.path):
                 continue  # its job folder is gone: admission ends it next
-            writers = tx.jobs.writers(info.job_id)
-            if check_owners and not any(still_alive(w.pid, w.start) for w in writers):
-                continue  # every writer of its job died
+            if check_owners and not keepers(tx.jobs.writers(info.job_id)):
+                continue  # every process of its job is gone
         elif check_owners and not owners_alive(info):
             continue
         out.append(replace(info, outstanding=outstanding(info.bytes, info.path)))

@@ -151,10 +151,11 @@ def _older(tree: TreePolicy, m: Measured, cutoff: float, units: list[UnitFolder]
 
 
 def writing(job: JobInfo) -> bool:
-    """True while the job is live and one of its writers still runs."""
-    from janitor.admission.jobs import writer_alive
+    """True while the job is live and one of its processes still runs (a writer, or what one
+    forked that lives on)."""
+    from janitor.admission.jobs import job_keepers
 
-    return job.state == "live" and any(writer_alive(w) for w in job.writers)
+    return job.state == "live" and bool(job_keepers(job.writers))
 
 
 def still_there(job: JobInfo) -> bool:

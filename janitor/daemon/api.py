@@ -169,6 +169,12 @@ class GuardRequest(BaseModel):
     writer_pid: int | None = Field(
         default=None, ge=1, description="The guard's parent: the writer of the job, if any."
     )
+    writer_is_parent: bool = Field(
+        default=False,
+        description="writer_pid is owner_pid's parent (as the guard read it at its start): it "
+        "is read through the guard, so a process given its pid after it exited is never taken "
+        "for it.",
+    )
     job: str | None = Field(default=None, max_length=200)
     run: str | None = Field(default=None, max_length=200, description="The `janitor run`.")
     wait_s: float = Field(

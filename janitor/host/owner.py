@@ -1,5 +1,6 @@
-"""Owner processes: who holds a reservation or a pin, whether it still lives, and which process
-a command-line user means (:func:`choose_owner`).
+"""Owner processes: who holds a reservation or a pin, whether it still lives, which process
+a command-line user means (:func:`choose_owner`), and which processes a guarded cut came
+through (:func:`writer_chain`: a job's lineage, judged by :mod:`janitor.host.lineage`).
 
 A pid alone is not an identity (pids are reused), so an owner is a pid plus the process's start
 time; a zombie counts as dead, since it will never write again. :mod:`janitor.host.processes`
@@ -12,10 +13,13 @@ import os
 from dataclasses import dataclass
 
 from janitor.host.processes import ProcessInfo, processes
+from janitor.host.processes.api import same_start
 
 __all__ = [
     "LAUNCHERS",
     "SHELLS",
+    "Chain",
+    "Link",
     "Owner",
     "ProcessInfo",
     "choose_owner",
@@ -24,6 +28,7 @@ __all__ = [
     "process_info",
     "process_start",
     "still_alive",
+    "writer_chain",
 ]
 
 
@@ -121,19 +126,124 @@ def _past_go_betweens(pid: int, *, one_shot: bool) -> ProcessInfo | None:
     return proc
 
 
-def choose_writer(pid: int) -> Owner:
-    """The writer of a job: the process that ran ffmpeg (``pid``, the guard's parent), past the
-    go-betweens that live for one command: launchers, forked shells and ``sh -c`` strings.
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One process a guarded cut came through, as read when the cut began: its pid and start
+    time (its identity; 0.0 when it was gone before it could be read: no process is it), its
+    process group then, and the start of the process that held the group's number then (the
+    group's identity: None when none did, -1.0 when it could not be told)."""
+
+    pid: int
+    start: float
+    pgid: int | None
+    leader_start: float | None
+    description: str = "?"
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """The processes from the guard's parent (the one that ran ffmpeg: it cut) up to the
+    writer, past the go-betweens: every one is recorded with the job, and the job lives while
+    any of them, or anything they forked, runs. ``writer`` owns the job's working set and pins."""
+
+    links: tuple[Link, ...]
+    writer: Link
+
+
+def _verified_parent(child: ProcessInfo) -> ProcessInfo | None:
+    """The parent of ``child``, read and then confirmed: ``child`` is read again and must be
+    the same process with the same parent. A parent that exits re-parents its children, so
+    an unchanged parent pid after the read means the start time read was that parent's, never
+    a new process's given its pid. None when that cannot be confirmed (it exited meanwhile)."""
+    parent = process_info(child.ppid)
+    again = process_info(child.pid)
+    if parent is None or parent.start is None or again is None or again.ppid != child.ppid:
+        return None
+    return parent if _unchanged(child.start, again.start) else None
+
+
+def _unchanged(before: float | None, after: float | None) -> bool:
+    """True unless two readings of one pid's start time may name two processes (the second
+    one unreadable, or another time)."""
+    if before is None or before < 0:
+        return True
+    return after is not None and after >= 0 and same_start(before, after)
+
+
+def _leader_start(pid: int, pgid: int | None, start: float) -> float | None:
+    """The start of the process holding pid ``pgid`` (the group's leader, while it lives), read
+    while process ``pid`` (started at ``start``) is in that group: a group's number is never
+    handed to a new process while a process is in the group. -1.0 if that cannot be confirmed."""
+    if pgid is None or pgid <= 0:
+        return None
+    if pgid == pid:
+        return start
+    leader = process_start(pgid)
+    again = process_info(pid)
+    if again is None or again.pgid != pgid or not _unchanged(start, again.start):
+        return -1.0
+    return leader
+
+
+def _link(proc: ProcessInfo) -> Link:
+    start = 0.0 if proc.start is None else proc.start
+    return Link(proc.pid, start, proc.pgid, _leader_start(proc.pid, proc.pgid, start),
+                proc.describe())  # fmt: skip
+
+
+def _lost(pid: int, guard: ProcessInfo | None) -> Chain:
+    """The chain of a cut whose process exited before it could be read (its guard was adopted
+    by init or a subreaper): no process is it now, not one given its pid later. Its group is
+    the one its guard inherited at the fork (unless the guard leads a group of its own), and is
+    followed with no bound, since how long ago it started is not known."""
+    pgid = None
+    leader: float | None = None
+    if guard is not None and guard.pgid is not None and guard.pgid != guard.pid:
+        pgid = guard.pgid
+        leader = _leader_start(guard.pid, pgid, -1.0 if guard.start is None else guard.start)
+    gone = Link(pid, 0.0, pgid, leader)
+    return Chain((gone,), gone)
+
+
+def writer_chain(pid: int, *, guard: int | None = None) -> Chain:
+    """The processes a guarded cut came through: ``pid`` (the guard's parent, which ran
+    ffmpeg) and the go-betweens above it up to the writer: launchers, forked shells and
+    ``sh -c`` strings, which live for one command.
+
+    ``guard``: the guard's pid, when ``pid`` is its parent (what both guards send). Each
+    process is then read through the one below it, confirmed after the read, so a process that
+    exited before it was read is recorded as gone (start 0.0), never as a new process given its
+    pid. Without ``guard`` (a caller naming the writer), ``pid`` is read as it is.
 
     A batchalign3 server runs ffmpeg itself, so it is the writer of its jobs; a script that
-    runs ``sh -c "ffmpeg ..."`` per cut is, not the shell that ends with each cut. A writer that
-    has exited already is returned with ``start`` None (its job is an orphan).
+    runs ``sh -c "ffmpeg ..."`` per cut is, and the shell is recorded too: should it go on
+    cutting after the script exits (a loop), it keeps the job alive.
     """
-    proc = _past_go_betweens(pid, one_shot=True)
-    chosen = pid if proc is None else proc.pid
-    start = process_start(chosen)
-    description = "?" if proc is None else proc.describe()
-    return Owner(chosen, start, description)
+    if guard is None:
+        proc = process_info(pid)
+    else:
+        kid = process_info(guard)
+        proc = None if kid is None or kid.ppid != pid else _verified_parent(kid)
+        if proc is None or proc.start is None:
+            return _lost(pid, kid)
+    if proc is None or proc.start is None:
+        gone = Link(pid, 0.0, None, None)
+        return Chain((gone,), gone)
+    links = [_link(proc)]
+    while proc.ppid > 1 and len(links) < 64:
+        parent = _verified_parent(proc)
+        if parent is None or not _transient(proc, parent, one_shot=True):
+            break
+        links.append(_link(parent))
+        proc = parent
+    return Chain(tuple(links), links[-1])
+
+
+def choose_writer(pid: int) -> Owner:
+    """The writer of a job run by ``pid`` (the top of its :func:`writer_chain`), as an owner;
+    ``start`` None when it has exited already (its job is an orphan)."""
+    top = writer_chain(pid).writer
+    return Owner(top.pid, top.start or None, top.description)
 
 
 def choose_owner(start_pid: int | None = None) -> Owner:

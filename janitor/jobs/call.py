@@ -91,10 +91,12 @@ def plan(
     run: str | None,
     cache_dir: str | None = None,
     probe: Any = None,
+    writer_is_parent: bool = True,
 ) -> dict[str, Any] | str:
     """The request for this call's writes (the body of ``POST /v1/guard``), or why it cannot be
     estimated. ``probe`` (a :class:`~janitor.jobs.ffmpeg.Probe`) is made from ``cache_dir`` and
-    ``real`` when not given."""
+    ``real`` when not given. ``writer_is_parent``: ``writer_pid`` is the guard's parent (what
+    the guard read at its start), so it is read through the guard."""
     from janitor.jobs import ffmpeg
 
     if probe is None:
@@ -122,6 +124,7 @@ def plan(
         "inputs": inputs,
         "owner_pid": owner_pid,
         "writer_pid": writer_pid,
+        "writer_is_parent": writer_is_parent,
         "job": job,
         "run": run,
     }
@@ -280,6 +283,7 @@ def decide(
             args, cwd=call["cwd"], real=real, owner_pid=call["owner_pid"],
             writer_pid=call.get("writer_pid") or call["owner_pid"], job=opts["job"],
             run=opts["run"], probe=probe_for(opts["cache_dir"], real),
+            writer_is_parent=bool(call.get("writer_pid")),
         )  # fmt: skip
     except Exception as exc:  # never break ffmpeg: an estimate we cannot make runs unguarded
         return _exec(unguarded_line(f"estimate failed: {exc!r}", args))

@@ -447,6 +447,10 @@ def main(
     ``JANITOR_RUNTIME_DIR``, ``JANITOR_LOG_DIR``, ``JANITOR_POLICY`` and
     ``JANITOR_GUARD_WAIT_S`` override them.
     """
+    # First of all: the process that ran ffmpeg, the job's writer chain's start. Should it exit
+    # before the call is recorded, we are adopted and the record says it is gone (never a new
+    # process given its pid).
+    parent = os.getppid()
     args = list(sys.argv[1:] if argv is None else argv)
     # The compiled front end hands a call over when the daemon did not take it: asked again
     # here it would only wait as long again, so the ledger decides. ffmpeg never sees the word.
@@ -462,7 +466,7 @@ def main(
     opts = call_options(os.environ, cache_dir=cache_dir, policy=policy, wait_s=wait_s)
     try:
         request = plan(
-            args, cwd=os.getcwd(), real=real, owner_pid=os.getpid(), writer_pid=os.getppid(),
+            args, cwd=os.getcwd(), real=real, owner_pid=os.getpid(), writer_pid=parent,
             job=opts["job"], run=opts["run"], cache_dir=opts["cache_dir"],
         )  # fmt: skip
     except Exception as exc:  # never break ffmpeg: an estimate we cannot make runs unguarded

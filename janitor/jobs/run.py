@@ -584,8 +584,9 @@ def _own_folders(
     """The run's job folders still there; those removed, those kept (and why), bytes freed.
 
     A folder is the run's own when the run's guard recorded its job, it did not exist when the
-    run started, and every writer it recorded is dead, wherever that writer was re-parented."""
-    from janitor.admission.jobs import folder_is, writer_alive
+    run started, and every process it recorded is dead, wherever it was re-parented, and so is
+    everything they forked (janitor.host.lineage)."""
+    from janitor.admission.jobs import folder_is, job_keepers
     from janitor.cleanup.sweep import remove_units
 
     with jan.ledger.read() as tx:
@@ -595,7 +596,7 @@ def _own_folders(
     kept: list[tuple[str, str]] = []
     freed = 0
     for job in jobs:
-        live = [w.pid for w in job.writers if writer_alive(w)]
+        live = job_keepers(job.writers)
         if (job.device, job.ino) in before:
             kept.append((job.folder, "it existed before the run"))
         elif job.foreign:
@@ -603,8 +604,8 @@ def _own_folders(
         elif live:
             kept.append((
                 job.folder,
-                f"its writer (pid {', '.join(map(str, live[:5]))}) still runs; it goes once "
-                "that ends (the daemon, or the next sweep)",
+                f"a process of its job (pid {', '.join(map(str, live[:5]))}) still runs; it goes "
+                "once that ends (the daemon, or the next sweep)",
             ))  # fmt: skip
         elif not clean:
             kept.append((job.folder, "--keep"))

@@ -108,9 +108,10 @@ class PlannedWrite:
 @dataclass(frozen=True, slots=True)
 class CallRequest:
     """What one guarded call asks for: its writes and inputs; the guard (``owner_pid``: the
-    call's own reservations and pins end with it) and its parent (``writer_pid``: the writer of
-    the job, past go-betweens); a label, the ``janitor run`` it belongs to, and how long a job's
-    first write may wait for room."""
+    call's own reservations and pins end with it) and its parent (``writer_pid``: the process
+    that ran ffmpeg, where the job's writer chain starts; ``writer_is_parent``: it is the
+    guard's parent, as both guards send it, so it is read through the guard); a label, the
+    ``janitor run`` it belongs to, and how long a job's first write may wait for room."""
 
     writes: tuple[PlannedWrite, ...]
     inputs: tuple[str, ...]
@@ -119,6 +120,7 @@ class CallRequest:
     job: str | None = None
     run: str | None = None
     wait_s: float = 0.0
+    writer_is_parent: bool = False
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> CallRequest:
@@ -141,6 +143,7 @@ class CallRequest:
             data.get("job"),
             data.get("run"),
             float(data.get("wait_s") or 0.0),
+            bool(data.get("writer_is_parent")),
         )
 
 
@@ -231,7 +234,7 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
     job's first cut from a cache entry takes over its writer's awaiting-use mark on it."""
     from janitor.admission.awaiting import cache_entry, take_over
     from janitor.admission.jobs import job_folder, record_job
-    from janitor.host.owner import choose_writer, process_start
+    from janitor.host.owner import process_start, writer_chain
     from janitor.ledger.jobs import Writer
 
     targets: list[_Target] = []
@@ -249,13 +252,18 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
         t.folder is None and t.recorded is not None and jan.policy.tree(t.tree).evicts_for_room
         for t in targets
     )
+    lineage: tuple[Writer, ...] = ()
     if (folders or into_cache) and req.writer_pid:
-        # The guard's parent, PID 1 included (a server that is a container's entrypoint); a
-        # guard whose parent died was adopted by init or a subreaper, which then counts as the
-        # writer: its job is kept (orphan_age decides), never removed from under a live one.
-        chosen = choose_writer(req.writer_pid)
-        # A writer gone already gets a start time no process has: its job is an orphan.
-        writer = Writer(chosen.pid, chosen.start if chosen.start is not None else 0.0)
+        # The guard's parent, PID 1 included (a server that is a container's entrypoint), and
+        # the go-betweens up to the writer, all recorded: the job lives while any of them, or
+        # what they forked, runs. One gone before it was read has a start time no process has.
+        # A conversion into a cache needs only the writer: its entry awaits the writer's use.
+        parent = req.writer_is_parent and req.writer_pid != req.owner_pid
+        guard = req.owner_pid if parent else None
+        chain = writer_chain(req.writer_pid, guard=guard)
+        lineage = tuple(Writer(c.pid, c.start, c.pgid, c.leader_start) for c in chain.links)
+        top = chain.writer
+        writer = Writer(top.pid, top.start, top.pgid, top.leader_start)
     else:  # a client that is the writer itself (the HTTP API without writer_pid)
         writer = Writer(req.owner_pid, process_start(req.owner_pid))
     inputs = _cached_inputs(jan, req.inputs)
@@ -276,7 +284,7 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
             existing = tx.jobs.active_at(path)
             if existing is not None and existing.ino == where.ino and existing.wrote:
                 first = False  # the job wrote already: compute is spent, it never waits
-            jobs[path] = record_job(tx, where, writer, run=req.run, now=now)
+            jobs[path] = record_job(tx, where, writer, run=req.run, now=now, lineage=lineage)
         if inputs:
             tx.touches.record([p for _, p in inputs])
         call_pins: list[str] = []

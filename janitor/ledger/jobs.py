@@ -2,8 +2,9 @@
 ``waiters`` queue of first writes waiting for room, first come first served.
 
 A job is what batchalign3 does with one recording in one ``.tmpXXXXXX`` folder (a unit of a
-scratch tree): the folder, the processes that ran ffmpeg into it (its writers, each a pid and a
-start time, so a reused pid is never taken for one), and the inputs it cuts from (its sources,
+scratch tree): the folder, the processes its cuts came through (its writers: the one that ran
+ffmpeg, the go-betweens, the writer; each a pid and a start time, so a reused pid is never taken
+for one, and its process group, its lineage), and the inputs it cuts from (its sources,
 each with the working set reserved for it and the pin that keeps it in the cache). The rows
 outlive any process, the daemon's included; janitor.admission.jobs decides with them.
 """
@@ -26,14 +27,19 @@ __all__ = ["JOB_STATES", "JobInfo", "Jobs", "SourceInfo", "Waiter", "Waiters", "
 JOB_STATES = ("live", "done", "orphan", "removed")
 _ACTIVE = "state IN ('live', 'orphan')"
 _JOB_COLUMNS = "id, tree, folder, device, ino, run, created, state, ended, foreign_files"
+_WRITER_COLUMNS = "pid, start, pgid, leader_start"
 
 
 @dataclass(frozen=True, slots=True)
 class Writer:
-    """A process that ran ffmpeg into a job folder: pid and start time (its identity)."""
+    """A process a job's cuts came through: pid and start time (its identity), and its process
+    group with the start of the process that held the group's number when it was recorded
+    (what :mod:`janitor.host.lineage` follows once it exits; None: not known)."""
 
     pid: int
     start: float | None
+    pgid: int | None = None
+    leader_start: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +127,11 @@ class Jobs:
         ids = [j.id for j in jobs]
         marks = ",".join("?" * len(ids))
         writers: dict[str, list[Writer]] = {}
-        for job, pid, start in self._conn.execute(
-            f"SELECT job, pid, start FROM job_writers WHERE job IN ({marks}) ORDER BY added", ids
+        for job, *writer in self._conn.execute(
+            f"SELECT job, {_WRITER_COLUMNS} FROM job_writers WHERE job IN ({marks}) ORDER BY added",
+            ids,
         ):
-            writers.setdefault(job, []).append(Writer(pid, start))
+            writers.setdefault(job, []).append(Writer(*writer))
         sources: dict[str, list[SourceInfo]] = {}
         for job, source, out, ws, pin in self._conn.execute(
             "SELECT job, source, output_dir, working_set, pin FROM job_sources "
@@ -206,9 +213,10 @@ class Jobs:
         if row is not None and row[0] == writer.start:
             return False
         self._conn.execute(
-            "INSERT INTO job_writers (job, pid, start, added) VALUES (?,?,?,?) "
-            "ON CONFLICT(job, pid) DO UPDATE SET start = excluded.start, added = excluded.added",
-            (job_id, writer.pid, writer.start, now),
+            f"INSERT INTO job_writers (job, {_WRITER_COLUMNS}, added) VALUES (?,?,?,?,?,?) "
+            "ON CONFLICT(job, pid) DO UPDATE SET start = excluded.start, pgid = excluded.pgid, "
+            "leader_start = excluded.leader_start, added = excluded.added",
+            (job_id, writer.pid, writer.start, writer.pgid, writer.leader_start, now),
         )
         return True
 
@@ -238,9 +246,9 @@ class Jobs:
     def writers(self, job_id: str) -> list[Writer]:
         """The writers recorded for ``job_id``."""
         rows = self._conn.execute(
-            "SELECT pid, start FROM job_writers WHERE job = ? ORDER BY added", (job_id,)
+            f"SELECT {_WRITER_COLUMNS} FROM job_writers WHERE job = ? ORDER BY added", (job_id,)
         )
-        return [Writer(pid, start) for pid, start in rows]
+        return [Writer(*row) for row in rows]
 
     def set_foreign(self, job_id: str) -> None:
         """Mark a job's folder as not ours to remove at once (orphan_age decides)."""

@@ -2,7 +2,7 @@
 
 :func:`migrate` runs inside a write transaction that :class:`janitor.ledger.db.Ledger` opens
 under the writer lock; it reads the file's ``user_version``, refuses a newer one untouched,
-and creates or upgrades the tables (schema 1 to 4 to 5), every row kept.
+and creates or upgrades the tables (schema 1, 2, 3 or 4 to 5), every row kept.
 """
 
 from __future__ import annotations
@@ -53,9 +53,7 @@ CREATE TABLE IF NOT EXISTS pins (
     created     REAL NOT NULL,
     expires     REAL NOT NULL,
     state       TEXT NOT NULL DEFAULT 'live',
-    ended       REAL,
-    kind        TEXT NOT NULL DEFAULT 'pin',
-    unit        TEXT
+    ended       REAL
 );
 CREATE INDEX IF NOT EXISTS pins_state ON pins(state, path);
 CREATE TABLE IF NOT EXISTS touches (
@@ -131,8 +129,8 @@ CREATE TABLE IF NOT EXISTS waiters (
     owner_start REAL,
     since       REAL NOT NULL,
     what        TEXT
-) WITHOUT ROWID;
-{draws}"""
+) WITHOUT ROWID
+"""
 
 #: Schema 5's table: the cuts drawn on a job's working set (janitor.ledger.draws), in flight
 #: while their call runs, then kept with their window until the job ends.
@@ -153,7 +151,6 @@ CREATE TABLE IF NOT EXISTS draws (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS draws_job ON draws(job)
 """
-_JOBS_SCHEMA = _JOBS_SCHEMA.format(draws=_DRAWS_SCHEMA)
 _SCHEMA = _SCHEMA.format(jobs=_JOBS_SCHEMA)
 
 #: How long ended reservations and pins and log lines are kept (Ledger.prune).
@@ -193,20 +190,22 @@ ALTER TABLE reservations ADD COLUMN command_start REAL
 """
 
 #: Schema 3 -> 4: job folders, their writers and sources, the queue of waiting first writes,
-#: and the job a working-set reservation serves (schema 5's draws come with them).
+#: and the job a working-set reservation serves.
 _MIGRATE_3 = f"""
 ALTER TABLE reservations ADD COLUMN job_id TEXT;
 {_JOBS_SCHEMA}
 """
 
-#: Schema 4 -> 5: a pin's kind (``pin``, or ``await``: a cache entry awaiting use, with the
-#: unit key it covers) and the draws on a job's working set.
-_PIN_KINDS = """
-ALTER TABLE pins ADD COLUMN kind TEXT NOT NULL DEFAULT 'pin';
-ALTER TABLE pins ADD COLUMN unit TEXT
-"""
+#: Schema 4 -> 5, applied to every older or new ledger after its own steps (the tables above
+#: are schema 4's): a pin's kind (``pin``, or ``await``: a cache entry awaiting use, with the
+#: unit key it covers); each process recorded with a job keeps its process group and the start
+#: of the process that held the group's number then, so what it forked is followed once it
+#: exits (janitor.host.lineage); the draws on a job's working set.
 _MIGRATE_4 = f"""
-{_PIN_KINDS};
+ALTER TABLE pins ADD COLUMN kind TEXT NOT NULL DEFAULT 'pin';
+ALTER TABLE pins ADD COLUMN unit TEXT;
+ALTER TABLE job_writers ADD COLUMN pgid INTEGER;
+ALTER TABLE job_writers ADD COLUMN leader_start REAL;
 {_DRAWS_SCHEMA}
 """
 
@@ -232,18 +231,17 @@ def migrate(conn: sqlite3.Connection, path: Path) -> int:
     if version >= SCHEMA_VERSION:
         return version
     if version == 1:
-        # Schema 1's pins table is kept as it was: it gets schema 5's columns after.
         first = _MIGRATE_1.format(
             schema=_SCHEMA, reservation_columns=_RESERVATION_COLUMNS_1, version=SCHEMA_VERSION
         )
-        script = ";".join((first, _PIN_KINDS))
+        script = ";".join((first, _MIGRATE_4))
     elif version in (2, 3, 4):
-        steps = (_MIGRATE_2, _MIGRATE_3, _MIGRATE_4)[version - 2 :]
+        steps = (_MIGRATE_2, _MIGRATE_3)[version - 2 :]
         note = "INSERT INTO log (ts, event, detail) VALUES (:now, 'upgrade', "
         note += f'\'{{"from": {version}, "to": {SCHEMA_VERSION}}}\')'
-        script = ";".join((*steps, note))
+        script = ";".join((*steps, _MIGRATE_4, note))
     else:
-        script = _SCHEMA
+        script = ";".join((_SCHEMA, _MIGRATE_4))
     now = time.time()
     args = {"cutoff": now - KEEP_S, "now": now}
     # One statement at a time: executescript() would commit our transaction.

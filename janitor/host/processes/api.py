@@ -7,21 +7,34 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-__all__ = ["START_TOLERANCE_S", "ProcessInfo", "Processes"]
+__all__ = ["ProcessInfo", "Processes", "same_start"]
 
-#: psutil derives start times from boot time and clock ticks; two readings of one process agree
-#: to well under this, while a reused pid starts later by at least a scheduler tick.
-START_TOLERANCE_S = 0.05
+
+def same_start(recorded: float, seen: float) -> bool:
+    """True when two readings of a start time name one process: equal to the microsecond.
+
+    The kernel gives a start exactly, and every reader turns it into the same epoch seconds:
+    Linux counts clock ticks since boot (10 ms; ``/proc`` and psutil both add ``btime``), macOS
+    keeps a ``timeval`` (1 µs). So no tolerance is allowed: a process given a dead one's pid
+    30 ms later is another process (it once passed, within 50 ms). Only two processes that
+    share a pid within one Linux tick look the same. Rounding to the microsecond absorbs no
+    more than a float's last bit.
+    """
+    return round(recorded * 1_000_000) == round(seen * 1_000_000)
 
 
 @dataclass(frozen=True, slots=True)
 class ProcessInfo:
-    """What the owner rule needs to know of one process."""
+    """What the owner rule needs to know of one process: who it is (pid, start time), whose
+    child it is now, its process group (its lineage once its parent is gone), and what it runs.
+    ``start`` is None for a zombie, -1.0 where it cannot be read; ``pgid`` None if unknown."""
 
     pid: int
     ppid: int
     exe: str
     cmdline: tuple[str, ...]
+    start: float | None = None
+    pgid: int | None = None
 
     @property
     def name(self) -> str:
@@ -62,4 +75,24 @@ class Processes(ABC):
 
     @abstractmethod
     def info(self, pid: int) -> ProcessInfo | None:
-        """pid, parent pid, executable and command line of ``pid``; None if it cannot be read."""
+        """pid, parent pid, executable, command line, start time and process group of ``pid``,
+        read together; None if it cannot be read."""
+
+    @abstractmethod
+    def group(self, pgid: int) -> dict[int, ProcessInfo] | None:
+        """Every process of process group ``pgid`` that runs (zombies left out), by pid, with
+        its parent, start time and group (executable and command line not read); None if the
+        process table cannot be read."""
+
+    def group_exists(self, pgid: int) -> bool:
+        """True while process group ``pgid`` has a process (a zombie included): one
+        ``kill(-pgid, 0)``, no walk of the process table."""
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True  # another user's processes hold it
+        except OSError:
+            return True  # cannot tell: as if it had one
+        return True

@@ -3,9 +3,20 @@ imported on first use, not with this module (the CLI's commands start faster).""
 
 from __future__ import annotations
 
-from janitor.host.processes.api import START_TOLERANCE_S, Processes, ProcessInfo
+import os
+
+from janitor.host.processes.api import Processes, ProcessInfo, same_start
 
 __all__ = ["PortableProcesses"]
+
+
+def _pgid(pid: int) -> int | None:
+    """The process group of ``pid`` (POSIX ``getpgid``: psutil does not tell it); None if it
+    cannot be read."""
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 class PortableProcesses(Processes):
@@ -35,7 +46,7 @@ class PortableProcesses(Processes):
                     return False
                 if start is None or start < 0:
                     return True
-                return bool(abs(proc.create_time() - start) < START_TOLERANCE_S)
+                return same_start(start, proc.create_time())
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             return False
         except psutil.AccessDenied:
@@ -50,6 +61,12 @@ class PortableProcesses(Processes):
             with proc.oneshot():
                 ppid = proc.ppid()
                 try:
+                    start: float | None = float(proc.create_time())
+                    if proc.status() == psutil.STATUS_ZOMBIE:
+                        start = None
+                except (psutil.AccessDenied, psutil.ZombieProcess):
+                    start = -1.0
+                try:
                     exe = proc.exe()
                 except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
                     exe = ""
@@ -57,6 +74,26 @@ class PortableProcesses(Processes):
                     args = tuple(proc.cmdline())
                 except (psutil.AccessDenied, psutil.ZombieProcess, OSError):
                     args = ()
-            return ProcessInfo(pid, ppid, exe, args)
+            return ProcessInfo(pid, ppid, exe, args, start, _pgid(pid))
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return None
+
+    def group(self, pgid: int) -> dict[int, ProcessInfo] | None:
+        import psutil
+
+        found: dict[int, ProcessInfo] = {}
+        try:
+            procs = list(psutil.process_iter(["ppid", "create_time", "status"]))
+        except (psutil.Error, OSError):
+            return None
+        for proc in procs:
+            if _pgid(proc.pid) != pgid:
+                continue
+            info = proc.info
+            if info.get("status") == psutil.STATUS_ZOMBIE or info.get("ppid") is None:
+                continue  # a zombie never writes again; an entry gone meanwhile
+            start = info.get("create_time")
+            found[proc.pid] = ProcessInfo(
+                proc.pid, int(info["ppid"]), "", (), -1.0 if start is None else float(start), pgid
+            )
+        return found
