@@ -155,7 +155,7 @@ def test_status_and_log_answer_on_a_read_only_state_dir(
     tmp_path: Path, tmpfs: Callable[..., Path], remount_tmpfs: Callable[[Path, str], None]
 ) -> None:
     """Remounted read-only: read as it lies, no note (nothing is full); a write is refused,
-    exit 2, naming the ledger."""
+    exit 2, naming the ledger (what it always did)."""
     state_mount = tmpfs("1m", name="state")
     state = state_mount / "state"
     with daemon_setup(tmp_path / "d", settings={"JANITOR_STATE_DIR": str(state)}) as setup:
@@ -166,3 +166,6 @@ def test_status_and_log_answer_on_a_read_only_state_dir(
         assert FULL_NOTE not in _ok(run("status")).stderr
         done = run("reserve", "cache", "1M")
         assert done.returncode == 2 and str(state / "ledger.sqlite3") in one_line_error(done.stderr)
+        # A state dir that cannot be made there is still one line and exit 2, not an empty read.
+        done = run("status", JANITOR_STATE_DIR=str(state_mount / "none"))
+        assert done.returncode == 2 and str(state_mount / "none") in one_line_error(done.stderr)

@@ -14,10 +14,11 @@ leaves). A connection that is open keeps its ``-shm`` sized, so the usual way st
 while another process (the daemon) has the ledger open; a WAL with frames and no usable
 ``-shm`` is past what can be read exactly, and the error stands. A read-only folder (another
 user's state dir, a filesystem mounted read-only) is read as immutable whatever its WAL holds:
-nobody can write there (what the janitor always did).
+nobody can write there (what the janitor always did); one without a ledger stays an error.
 
-A ledger of an older schema (or none yet, or an empty file) is copied into memory and upgraded
-there, never in its file: a reader sees the tables it expects, and the file is left as it was.
+A ledger of an older schema is copied into memory and upgraded there, never in its file: a
+reader sees the tables it expects, and the file is left as it was. On a full disk, no ledger
+yet (or the empty file an open that failed left) reads as an empty ledger.
 """
 
 from __future__ import annotations
@@ -36,33 +37,37 @@ def snapshot(path: Path, why: LedgerError) -> sqlite3.Connection:
     """A read-only connection to the ledger at ``path`` as it lies on disk (or to a copy of it
     in memory), which could not be opened the usual way for ``why``; ``why`` is raised again
     when no snapshot would be exact (see the module's docstring). The caller closes it."""
-    folder = path.parent
     try:
-        writable = os.access(folder, os.W_OK)
+        writable = os.access(path.parent, os.W_OK)
         size = path.stat().st_size if path.exists() else 0
         wal = _size(path.with_name(path.name + "-wal"))
     except OSError:
         raise why from None  # not even to be looked at (another user's state dir)
-    if writable and not (isinstance(why, LedgerFull) and wal == 0):
-        raise why
     if size and not os.access(path, os.R_OK):
         raise why
-    if size == 0:  # no ledger yet: nothing was ever recorded
-        return _upgraded(None, path)
-    conn = sqlite3.connect(
-        f"file:{path}?mode=ro&immutable=1",
-        uri=True,
-        isolation_level=None,
-        check_same_thread=False,
-    )
+    if writable:  # a full disk, and nothing in the WAL that the file lacks
+        if not isinstance(why, LedgerFull) or wal:
+            raise why
+        if size == 0:  # no ledger yet (or the empty file a failed open left): nothing recorded
+            return _upgraded(None, path)
+    elif size == 0:  # a read-only folder without a ledger: the error stands, as it always did
+        raise why
+    conn = None
     try:
+        conn = sqlite3.connect(
+            f"file:{path}?mode=ro&immutable=1",
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+        )
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         refuse_newer(version, path)
-        if version == SCHEMA_VERSION:
-            return conn
-        return _upgraded(conn, path)
-    except BaseException:
-        conn.close()
+        return conn if version == SCHEMA_VERSION else _upgraded(conn, path)
+    except BaseException as exc:
+        if conn is not None:
+            conn.close()
+        if isinstance(exc, sqlite3.Error):
+            raise why from None  # not a database to read either: the first error says it
         raise
 
 
