@@ -129,8 +129,8 @@ def bounded_protocol(limits: ConnectionLimits, *, what: str) -> type[HttpToolsPr
             self._arm(limits.idle_timeout_s)
 
         def data_received(self, data: bytes) -> None:
-            if self._refused:
-                return
+            if self._refused or self.transport.is_closing():
+                return  # refused, cut off or timed out: nothing more is read
             if not self._answering():
                 self._head_bytes += len(data)
                 if self._head_bytes > limits.max_head_bytes:

@@ -7,10 +7,12 @@ descriptor past 1023); launchd gives 256 soft, unlimited hard (``launchctl limit
 A server that never calls ``select()`` raises its own soft limit at start, as systemd asks of
 such programs and as Go's runtime and the JVM do; the daemon's event loops use epoll and kqueue.
 
-It is raised to the hard limit, at most :data:`TARGET` (10,240: macOS's ``OPEN_MAX``, the most
-``setrlimit`` takes there whatever the hard limit says, and the JVM's choice on macOS): far more
-than the daemon holds (its own files, the API's connections, the metrics listener's bounded
-share), and never lowered.
+It is raised to the hard limit, at most :data:`TARGET` (10,240: macOS's ``OPEN_MAX``, the JVM's
+choice there, where ``setrlimit`` refuses an unlimited soft limit and one past
+``kern.maxfilesperproc``): far more than the daemon holds (its own files, the API's
+connections, the metrics listener's bounded share), and never lowered. Its children (ffprobe,
+the compiler, the size walker) inherit it: Go gives its children the old soft limit back, which
+``subprocess`` has no hook for, and none of these holds a thousand files (``select()``'s bound).
 """
 
 from __future__ import annotations
