@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from janitor.config.settings import Settings
-from janitor.errors import JanitorError, LedgerError
+from janitor.errors import JanitorError, LedgerError, LedgerFull
 from janitor.host.fdwalk import tree_shape
 from janitor.humanize import plural
 from janitor.jobs.run_daemon import daemon_status
@@ -205,6 +205,14 @@ def _ledger_check(settings: Settings) -> Check:
 
     try:
         result = Ledger(path).integrity_check()
+    except LedgerFull:
+        return Check(
+            "ledger",
+            "fail",
+            f"the disk of {path.parent} is full: commands that only read answer from the "
+            "ledger as it is, nothing new can be recorded (no grant, no deletion)",
+            "free space on that volume (the ledger is not at fault: keep it)",
+        )
     except LedgerError as exc:
         return Check(
             "ledger",

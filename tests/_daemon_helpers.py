@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -421,8 +422,10 @@ def start_daemon(
     timeout: float = 20.0,
     extra_env: Mapping[str, str | None] | None = None,
     args: tuple[str, ...] = (),
+    nofile: tuple[int, int] | None = None,
 ) -> Daemon:
-    """Start ``janitor daemon`` (not waiting for it when ``wait`` is False)."""
+    """Start ``janitor daemon`` (not waiting for it when ``wait`` is False); ``nofile``: its
+    open-file limit as it starts (soft, hard), as a service manager sets it."""
     n = len(list(setup.root.glob("daemon-*.stderr")))
     stderr_path = setup.root / f"daemon-{n}.stderr"
     with open(stderr_path, "wb") as err:
@@ -432,6 +435,7 @@ def start_daemon(
             stdout=subprocess.DEVNULL,
             stderr=err,
             env=setup.env(**(extra_env or {})),
+            preexec_fn=None if nofile is None else partial(_set_nofile, nofile),
         )
     d = Daemon(setup, proc, stderr_path)
     if not wait:
@@ -447,6 +451,12 @@ def start_daemon(
             )
         time.sleep(0.05)
     return d
+
+
+def _set_nofile(limits: tuple[int, int]) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, limits)
 
 
 @contextmanager

@@ -451,3 +451,250 @@ def test_a_real_prometheus_scrapes_it_and_every_dashboard_query_has_data(
         assert set(loaded) == EXPECTED_ALERTS
         bad = {name: r.get("lastError") for name, r in loaded.items() if r["health"] != "ok"}
         assert bad == {}, bad
+
+
+# -- a port that other machines reach cannot starve the daemon (#33 item 4) ------------------------
+
+#: The open-file limits (soft, hard) a daemon starts with: systemd's user services since v240
+#: (``DefaultLimitNOFILE=1024:524288``), launchd's (``launchctl limit maxfiles``: 256 soft,
+#: unlimited hard; Linux's most for this limit is ``fs.nr_open``), and both soft limits with no
+#: room to raise them (a hard limit set as low). A hard limit above this process's own, where it
+#: may not raise its own (no CAP_SYS_RESOURCE, as in some containers), is lowered to it: above
+#: 10,240 either way, the daemon's soft limit comes out the same.
+LIMITS: dict[str, tuple[int, int | None]] = {
+    "systemd": (1024, 524288),
+    "launchd": (256, None),
+    "hard-1024": (1024, 1024),
+    "hard-256": (256, 256),
+}
+#: What the daemon raises its soft limit to, at most (README "Metrics for a fleet").
+RAISED = 10240
+#: The listener's documented bounds (README "Metrics for a fleet").
+MAX_CONNECTIONS = 64
+IDLE_TIMEOUT_S = 10.0
+FLOOD = 1100
+
+
+def _hard_limit(wanted: int | None) -> int:
+    """``wanted`` (None: unlimited, ``fs.nr_open`` on Linux), or this process's own hard limit
+    when it may not give more."""
+    import resource
+
+    hard = int(Path("/proc/sys/fs/nr_open").read_text()) if wanted is None else wanted
+    own = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if own == resource.RLIM_INFINITY or hard <= own:
+        return hard
+    try:  # in a child, to see whether this process may raise its hard limit
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"import resource as r; r.setrlimit(r.RLIMIT_NOFILE, ({own}, {hard}))",
+            ],
+            capture_output=True,
+        )
+    except OSError:
+        return own
+    return hard if done.returncode == 0 else own
+
+
+@pytest.fixture
+def fds_for_a_flood() -> Iterator[None]:
+    """This process holds the flood's sockets: its own soft limit raised to hold them."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = FLOOD + 512
+    if soft != resource.RLIM_INFINITY and soft < need:
+        if hard != resource.RLIM_INFINITY and hard < need:
+            pytest.skip(f"this process may open {hard} files; the test holds {need}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+class Flood:
+    """``n`` TCP connections to ``address`` that send nothing, opened at once (non-blocking),
+    held until ``close()``; what each one reads, and when the other end closed it."""
+
+    def __init__(self, address: tuple[str, int], n: int, *, within: float = 60.0) -> None:
+        import selectors
+
+        self.socks: list[socket.socket] = []
+        self.got: dict[int, bytes] = {}
+        self.closed: dict[int, float] = {}
+        self.failed: dict[int, int] = {}
+        self.connected: set[int] = set()
+        sel = selectors.DefaultSelector()
+        try:
+            for i in range(n):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setblocking(False)
+                self.socks.append(s)
+                s.connect_ex(address)
+                sel.register(s, selectors.EVENT_WRITE, i)
+            deadline = time.monotonic() + within
+            while sel.get_map() and time.monotonic() < deadline:
+                for key, _ in sel.select(0.5):
+                    sel.unregister(key.fileobj)
+                    err = self.socks[key.data].getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if err:
+                        self.failed[key.data] = err
+                    else:
+                        self.connected.add(key.data)
+            self.opened = time.monotonic()
+        finally:
+            sel.close()
+
+    def wait_closed(self, timeout: float) -> set[int]:
+        """Read every connected socket until the other end closes it or ``timeout`` passes;
+        the ones it closed."""
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        for i in self.connected - set(self.closed):
+            sel.register(self.socks[i], selectors.EVENT_READ, i)
+        deadline = time.monotonic() + timeout
+        try:
+            while sel.get_map() and time.monotonic() < deadline:
+                for key, _ in sel.select(0.5):
+                    i = key.data
+                    try:
+                        data = self.socks[i].recv(65536)
+                    except ConnectionError:
+                        data = b""
+                    if data:
+                        self.got[i] = self.got.get(i, b"") + data
+                        continue
+                    self.closed[i] = time.monotonic()
+                    sel.unregister(key.fileobj)
+        finally:
+            sel.close()
+        return set(self.closed)
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+
+
+def _soft_nofile(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise AssertionError("no open-file limit in /proc/PID/limits")
+
+
+def _held(pid: int, port: int) -> int:
+    """The connections to ``port`` that the daemon holds open (accepted, not yet closed)."""
+    import psutil
+
+    return sum(
+        1
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+        if c.laddr and c.laddr.port == port and c.status != psutil.CONN_LISTEN
+    )
+
+
+@pytest.mark.parametrize("manager", list(LIMITS))
+def test_1100_idle_connections_to_the_metrics_port_never_starve_the_socket_api(
+    manager: str, tmp_path: Path, fds_for_a_flood: None
+) -> None:
+    """The daemon started as a service manager starts it, 1,100 connections to its metrics
+    port that send nothing: every call on its Unix socket (status, a reservation made and
+    released, each on a new connection) is answered while they stay open; the listener holds
+    at most its share of descriptors (the ones past its limit are answered 503 and closed at
+    once); the idle ones are closed after the idle timeout; then a scrape is served again."""
+    soft, wanted = LIMITS[manager]
+    hard = _hard_limit(wanted)
+    port = free_port()
+    settings = {"JANITOR_METRICS_LISTEN": f"127.0.0.1:{port}"}
+    with daemon_setup(tmp_path, settings=settings) as setup, running_daemon(
+        setup, nofile=(soft, hard)
+    ) as d:  # fmt: skip
+        limit = _soft_nofile(d.pid)
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).status_code == 200
+        flood = Flood(("127.0.0.1", port), FLOOD)
+        try:
+            assert len(flood.connected) == FLOOD, (len(flood.connected), flood.failed)
+            for _ in range(20):
+                with d.client(timeout=10) as c:
+                    assert c.get("/v1/status").status_code == 200
+                with d.client(timeout=10) as c:
+                    r = c.post("/v1/reservations", json={"tree": "cache", "bytes": "1MiB"})
+                    assert r.status_code == 201, r.text
+                with d.client(timeout=10) as c:
+                    assert c.delete(f"/v1/reservations/{r.json()['id']}").status_code == 200
+            held = _held(d.pid, port)
+            assert held <= min(MAX_CONNECTIONS, limit // 8), (held, limit)
+            closed = flood.wait_closed(IDLE_TIMEOUT_S + 20)
+            assert closed == flood.connected, f"{FLOOD - len(closed)} connections still open"
+            busy = [i for i, got in flood.got.items() if got.startswith(b"HTTP/1.1 503 ")]
+            assert len(busy) >= FLOOD - MAX_CONNECTIONS, len(busy)
+            r = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10)
+            assert r.status_code == 200 and value(r.text, "janitor_up") == 1
+            with d.client() as c:
+                assert c.get("/v1/status").json()["reservations"] == []
+        finally:
+            flood.close()
+        assert d.stop() == 0
+    assert limit == max(soft, min(hard, RAISED)), (manager, limit)  # raised where it may be
+    log = setup.log_file.read_text()
+    assert "Traceback" not in log and "Traceback" not in d.stderr()
+    refused = [ln for ln in log.splitlines() if "at its limit of" in ln]
+    assert len(refused) == 1 and " WARNING " in refused[0], refused
+    if limit > soft:
+        assert f"open files: soft limit raised from {soft} to {limit}" in log
+
+
+def test_a_trickled_or_oversized_request_head_is_cut_off(tmp_path: Path) -> None:
+    """A request head sent a byte at a time is closed at the idle timeout, one that passes
+    16 KiB is answered 400 and closed as it passes, and a scraper's keep-alive connection is
+    served throughout."""
+    port = free_port()
+    settings = {"JANITOR_METRICS_LISTEN": f"127.0.0.1:{port}"}
+    with daemon_setup(tmp_path, settings=settings) as setup, running_daemon(setup):
+        trickle = socket.create_connection(("127.0.0.1", port), timeout=5)
+        big = socket.create_connection(("127.0.0.1", port), timeout=5)
+        try:
+            trickle.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            opened = time.monotonic()
+            big.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            try:
+                for _ in range(1024):  # 1 MiB of head, or less when the other end closes first
+                    big.sendall(b"X-Big: " + b"a" * 1015 + b"\r\n")
+            except OSError:
+                pass
+            big.settimeout(IDLE_TIMEOUT_S + 10)
+            answer = b""
+            try:
+                while chunk := big.recv(65536):
+                    answer += chunk
+            except ConnectionResetError:  # closed with the rest of the head unread: a reset
+                pass
+            # Cut off by its size, before the idle timeout could: answered 400 (when the reset
+            # did not overtake the answer) and closed.
+            assert time.monotonic() - opened < IDLE_TIMEOUT_S
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 400 "), answer[:100]
+            start = time.monotonic()
+            with httpx.Client(timeout=10) as scraper:
+                cut = False
+                while time.monotonic() - start < IDLE_TIMEOUT_S + 20:
+                    assert scraper.get(f"http://127.0.0.1:{port}/metrics").status_code == 200
+                    try:
+                        trickle.send(b"a")
+                    except OSError:
+                        cut = True
+                        break
+                    trickle.settimeout(0.5)
+                    try:
+                        if trickle.recv(1) == b"":
+                            cut = True
+                            break
+                    except TimeoutError:
+                        pass
+            assert cut, "a request head trickled a byte at a time was never cut off"
+        finally:
+            trickle.close()
+            big.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,8 +15,12 @@ from janitor.cli.common import (
     open_janitor,
     open_ledger,
     print_json,
+    say,
     settings,
 )
+
+if TYPE_CHECKING:
+    from janitor.ledger.db import Ledger
 
 __all__ = ["log_", "paths", "space", "status"]
 
@@ -34,6 +38,7 @@ def status(
     jan = open_janitor()
     if as_json:
         print_json(jan.status().as_dict())
+        _read_as_recorded(jan.ledger)
         return
     from janitor.cli.layout import layout_width, screen
     from janitor.cli.view import render_status
@@ -41,6 +46,7 @@ def status(
     out = screen()
     if not watch:
         out.print(render_status(jan.status(), jan.samples(), layout_width(out)))
+        _read_as_recorded(jan.ledger)
         return
     lasting()
     from rich.live import Live
@@ -123,6 +129,19 @@ def log_(
         if e.event == "deleting":  # its batch never confirmed: cut short by a crash or a kill
             extra = f"{extra}; being deleted when the janitor stopped" if extra else extra
         print(f"{stamp}  {e.event:<8} {what}" + (f"  ({extra})" if extra else ""))
+    _read_as_recorded(ledger)
+
+
+def _read_as_recorded(ledger: Ledger) -> None:
+    """One note when the ledger's disk is full: what was shown is what it holds, and nothing
+    new can be recorded there (a read-only state dir is read so always, without a note)."""
+    from janitor.errors import LedgerFull
+
+    if isinstance(ledger.read_only, LedgerFull):
+        say(
+            f"note: the ledger's disk is full ({ledger.path.parent}): this is what it holds; "
+            "nothing new can be recorded there (no grant, no deletion) until space is freed"
+        )
 
 
 def _ttl(seconds: object) -> str:

@@ -26,6 +26,8 @@ from typing import Any, Protocol, TypeVar
 import uvicorn
 from starlette.types import ASGIApp
 
+from janitor.daemon.http_limits import ConnectionLimits, bounded_protocol
+
 __all__ = ["HttpPart", "HttpThread"]
 
 log = logging.getLogger("janitor.daemon")
@@ -41,7 +43,9 @@ _C = TypeVar("_C", bound=_Closable)
 class HttpThread:
     """Serves ``app`` on ``sockets`` until stopped; ``on_failure()`` if it ends on its own.
 
-    ``name`` is the thread's, ``what`` the server's in log lines ("API server").
+    ``name`` is the thread's, ``what`` the server's in log lines ("API server"). ``limits``
+    bound its connections (a listener other machines reach: :mod:`.http_limits`); without
+    them, uvicorn's own rules apply (the API's socket, reached by this user alone).
     """
 
     def __init__(
@@ -54,6 +58,7 @@ class HttpThread:
         what: str,
         on_failure: Callable[[], None],
         server_header: bool = True,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.app = app
         self.sockets = sockets
@@ -61,6 +66,7 @@ class HttpThread:
         self.what = what
         self.on_failure = on_failure
         self.server_header = server_header
+        self.limits = limits
         #: True once the server ended without being asked to.
         self.failed = False
         self._stop = stop
@@ -71,14 +77,22 @@ class HttpThread:
 
     def start(self) -> None:
         """Serve the sockets; returns once uvicorn listens (10 s at most)."""
+        # httptools if installed, else h11; a listener with limits: httptools under them.
+        http: Any = "auto"
+        keep_alive, ws = 30, "auto"
+        if self.limits is not None:
+            http = bounded_protocol(self.limits, what=self.what)
+            keep_alive = max(1, int(self.limits.idle_timeout_s))
+            ws = "none"  # no upgrade to hold a connection past the limits
         config = uvicorn.Config(
             self.app,
             log_config=None,
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=1,
-            timeout_keep_alive=30,
-            http="auto",  # httptools if installed, else h11
+            timeout_keep_alive=keep_alive,
+            http=http,
+            ws=ws,
             proxy_headers=False,  # nothing in front of us to trust
             server_header=self.server_header,
             loop="none",  # the loop is made in the thread
@@ -165,6 +179,7 @@ class HttpPart:
         what: str,
         on_failure: Callable[[], None],
         server_header: bool = True,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         """Serve ``app`` on ``sockets`` from a thread of its own (see :class:`HttpThread`)."""
         self._http = HttpThread(
@@ -175,6 +190,7 @@ class HttpPart:
             what=what,
             on_failure=on_failure,
             server_header=server_header,
+            limits=limits,
         )
         self._http.start()
 

@@ -2,12 +2,14 @@
 another machine, as an exporter serves it (node_exporter's ``:9100``).
 
 It is served by uvicorn from a thread and event loop of its own (an :class:`.HttpPart`, as the
-API), started after the API server and stopped before it. An address that cannot be bound (the
-port in use, an address this machine does not have, a name that does not resolve) is one ERROR
-line in the daemon's log, and the daemon runs on without the listener: the socket API, the
-reservations and the evictions matter more to the jobs on this machine than being scraped, and
-Prometheus sees the target down (``up == 0``). Fix the address or free the port, then restart
-the daemon.
+API), started after the API server and stopped before it. What other machines open on it is
+bounded (:mod:`.http_limits`): a share of the daemon's descriptors at most, idle connections
+closed, so no network can take the descriptors the socket API needs. An address that cannot be
+bound (the port in use, an address this machine does not have, a name that does not resolve)
+is one ERROR line in the daemon's log, and the daemon runs on without the listener: the socket
+API, the reservations and the evictions matter more to the jobs on this machine than being
+scraped, and Prometheus sees the target down (``up == 0``). Fix the address or free the port,
+then restart the daemon.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from typing import Any
 
 from janitor.config.listen import ListenAddress
 from janitor.daemon.api import Offload
+from janitor.daemon.http_limits import ConnectionLimits, limits_for
 from janitor.daemon.http_thread import HttpPart
 from janitor.daemon.metrics_app import MetricsSource, metrics_app
+from janitor.host.fdlimit import open_files
 
 __all__ = ["MetricsListener", "bind_listen"]
 
@@ -32,7 +36,8 @@ _WORKERS = 2
 
 
 class MetricsListener(HttpPart):
-    """Serves ``/metrics`` of ``source`` on ``address`` from ``start()`` until ``stop()``."""
+    """Serves ``/metrics`` of ``source`` on ``address`` from ``start()`` until ``stop()``; its
+    connections get their share of the open-file limit as it is then (the daemon raised it)."""
 
     def __init__(
         self,
@@ -46,6 +51,8 @@ class MetricsListener(HttpPart):
         self.source = source
         self.address = address
         self.version = version
+        #: What its connections may hold (set by ``start()``).
+        self.limits: ConnectionLimits | None = None
         #: Why the listener does not listen (None while it does, or before ``start()``).
         self.error: str | None = None
         self._stop = stop
@@ -63,6 +70,7 @@ class MetricsListener(HttpPart):
                 self.error,
             )
             return
+        limits = self.limits = limits_for(open_files().soft)
         offload = self._closes(Offload(max_workers=_WORKERS, name="janitor-metrics-worker"))
         self._serve(
             metrics_app(self.source, offload, version=self.version),
@@ -72,9 +80,16 @@ class MetricsListener(HttpPart):
             what="metrics listener",
             on_failure=self._failed,
             server_header=False,  # nothing about us for strangers beyond what is asked
+            limits=limits,
         )
         where = ", ".join(_url(s.getsockname()) for s in sockets)
-        log.info("serving GET /metrics (nothing else) on %s", where)
+        log.info(
+            "serving GET /metrics (nothing else) on %s: at most %d connections, idle ones "
+            "closed after %g s",
+            where,
+            limits.max_connections,
+            limits.idle_timeout_s,
+        )
 
     def _failed(self) -> None:
         self.error = "stopped unexpectedly"

@@ -31,6 +31,7 @@ from janitor.daemon.logs import DaemonLogging
 from janitor.daemon.metrics import DaemonState, registry_for
 from janitor.daemon.policy_reload import PolicyReloader
 from janitor.daemon.policy_watch import Watching
+from janitor.daemon.process import ProcessSetup
 from janitor.daemon.reaper import Reaper
 from janitor.daemon.sampler import Sampler
 from janitor.daemon.schedule import Scheduler
@@ -38,7 +39,6 @@ from janitor.daemon.server import ApiServer
 from janitor.daemon.signals import SignalHandlers, Wakeup
 from janitor.daemon.sweeper import Pending, Sweeper
 from janitor.daemon.view import LiveView
-from janitor.host.inuse import prepare_leases
 
 __all__ = ["REARM_INTERVAL_S", "Daemon", "DaemonRunning"]
 
@@ -142,8 +142,8 @@ class Daemon:
             # file is watched too, and also compared here (a symlinked or unwatchable file).
             scheduler.every(REARM_INTERVAL_S, reloader.rearm, name="rearm")
         self._server = ApiServer(view, s, stop, on_failure=partial(self._wakeup.wake, b"x"))
-        prepare_leases()
         for service in (
+            ProcessSetup(),  # first: the open-file limit, write leases
             OnStop(jan.ledger.close),  # this thread's connection: the last one folds the WAL
             SignalHandlers(self._wakeup),
             counters,

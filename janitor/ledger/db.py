@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from janitor.config.state_dir import access_error
-from janitor.errors import LedgerError
+from janitor.errors import LedgerError, LedgerFull
 from janitor.ledger.log import LogEntry
 from janitor.ledger.schema import KEEP_S, SCHEMA_VERSION, migrate, refuse_newer
+from janitor.ledger.snapshot import snapshot
 from janitor.ledger.sqlite_errors import SQLITE_BUSY, SQLITE_LOCKED, primary_code, translate
 from janitor.ledger.tx import Tx
 from janitor.ledger.writelock import WriterLock
@@ -54,6 +55,8 @@ class Ledger:
         self._pid = os.getpid()
         self._wal_path = self.path.with_name(self.path.name + "-wal")
         self._last_checkpoint = 0.0
+        #: Why the last ``read()`` read the file as it lies on disk (None: the usual way).
+        self.read_only: LedgerError | None = None
         # Writers queue here, in arrival order, before SQLite's own lock (janitor.ledger.writelock).
         self._writer = WriterLock(
             self.path.with_name(self.path.name + ".lock"), timeout=lock_timeout
@@ -135,7 +138,10 @@ class Ledger:
                 version = migrate(conn, self.path)
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                try:  # SQLite may have rolled back already (a full disk): keep the first error
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
                 raise
         finally:
             self._writer.release()
@@ -226,39 +232,38 @@ class Ledger:
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
-        """A consistent read snapshot (WAL readers never block writers)."""
+        """A consistent read snapshot (WAL readers never block writers).
+
+        Where nothing can be written beside the ledger (its disk full, a read-only folder), it
+        is read as it lies on disk instead (:mod:`janitor.ledger.snapshot`), on a connection
+        of this read alone: the next read tries the usual way again, and ``read_only`` says
+        why this one could not (None when it could).
+        """
+        opened: sqlite3.Connection | None = None
         try:
             conn, tx = self._connect()
-        except LedgerError:
-            # A read-only state dir: nobody can write the ledger, so read it as immutable.
+            self.read_only = None
+        except LedgerError as exc:
+            conn = opened = snapshot(self.path, exc)
+            tx = Tx(conn)
+            self.read_only = exc
+        try:
             try:
-                readable = self.path.is_file() and os.access(self.path, os.R_OK)
-            except OSError:
-                readable = False  # not even to be looked at (another user's state dir)
-            if not readable or os.access(self.path.parent, os.W_OK):
-                raise
-            conn = sqlite3.connect(
-                f"file:{self.path}?mode=ro&immutable=1",
-                uri=True,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            self._local.conn = conn
-            self._local.tx = tx = Tx(conn)
-            self._pid = os.getpid()
-        try:
-            conn.execute("BEGIN")
-        except sqlite3.Error as exc:
-            raise self._translate(exc) from None
-        try:
-            yield tx
-        except sqlite3.Error as exc:
-            raise self._translate(exc) from None
+                conn.execute("BEGIN")
+            except sqlite3.Error as exc:
+                raise self._translate(exc) from None
+            try:
+                yield tx
+            except sqlite3.Error as exc:
+                raise self._translate(exc) from None
+            finally:
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error:
+                    pass
         finally:
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.Error:
-                pass
+            if opened is not None:
+                opened.close()
 
     def call(self, fn: Callable[..., _T], *args: Any) -> _T:
         """Run ``fn(tx, *args)`` inside ``write()``, translating SQLite errors."""
@@ -310,7 +315,8 @@ class Ledger:
         """SQLite's ``PRAGMA integrity_check`` of the file: ``"ok"`` or what is wrong.
 
         It opens the file read-only on a connection of its own, so it neither creates nor
-        upgrades a ledger; LedgerError when the file cannot be read as a database.
+        upgrades a ledger; LedgerError when the file cannot be read as a database, LedgerFull
+        when it cannot be opened for want of space beside it (a full disk, not a bad file).
         """
         try:
             conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=5)
@@ -319,4 +325,7 @@ class Ledger:
             finally:
                 conn.close()
         except sqlite3.Error as exc:
+            why = self._translate(exc)
+            if isinstance(why, LedgerFull):
+                raise why from None
             raise LedgerError(f"{self.path}: {exc}") from None
