@@ -14,11 +14,12 @@
 2. The calls batchalign3 makes around every conversion, by name through the ``PATH`` as it makes
    them, with the same daemon running: ``ffmpeg -version`` and an unestimable call (``-f null``:
    nothing written, so nothing to reserve), bare and through each front end; and ``ffprobe -v
-   quiet -show_entries format=duration -of default=noprint_wrappers=1:nokey=1 FILE`` on an m4a
-   (bare, and with the guard's folder first on ``PATH``: only ffmpeg is wrapped, so this finds
-   the same ffprobe). Interleaved with ``python -IS -c pass``, the interpreter start the Python
-   guard cannot avoid. Targets: the compiled front end adds at most 2 ms to ``-version``
-   (issue 26); the Python guard at most 15 ms (its start-up and an ``exec``).
+   quiet -show_entries format=duration -of default=noprint_wrappers=1:nokey=1 WAV`` on the
+   cached WAV, as batchalign3 probes it before UTR, bare and through each front end of the
+   guarded ffprobe (the daemon marks the entry awaiting use for the prober). Interleaved with
+   ``python -IS -c pass``, the interpreter start the Python guard cannot avoid. Targets: the
+   compiled front end adds at most 2 ms to ``-version`` (issue 26) and to the probe (issue
+   32); the Python guard at most 15 ms to ``-version`` (its start-up and an ``exec``).
 3. ``janitor run --no-daemon --media FOLDER -- true`` over 100 media files with nothing
    remembered (a cold probe cache each round): target at most 2 s on 2 cores. Baselines:
    ffprobe over the same files one after another, and ``python -c pass``. Then what a run's
@@ -54,6 +55,8 @@ TARGET_VERSION_MS = 15.0
 #: The compiled front end (issue 26): added to the later cut's median, and to ``-version``.
 TARGET_COMPILED_MS = 5.0
 TARGET_COMPILED_VERSION_MS = 2.0
+#: The guarded ffprobe's compiled front end (issue 32): added to batchalign3's probe.
+TARGET_COMPILED_PROBE_MS = 2.0
 #: batchalign3's duration query, as it runs it (the file is appended).
 FFPROBE_DURATION = ["ffprobe", "-v", "quiet", "-show_entries", "format=duration", "-of",
                     "default=noprint_wrappers=1:nokey=1"]  # fmt: skip
@@ -148,21 +151,16 @@ def bench_checks(
     Each call must print what the bare one prints (the real ffmpeg's version, the same
     duration): a guard that answered itself or failed would show here, not only as a time.
     """
-    m4a = root / "probe-me.m4a"
-    subprocess.run(
-        [FFMPEG, "-nostdin", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
-         "sine=frequency=440:duration=60", "-ac", "1", "-c:a", "aac", "-b:a", "32k", str(m4a)],
-        check=True,
-    )  # fmt: skip
     for name, genv in envs.items():
-        if shutil.which("ffprobe", path=genv["PATH"]) != shutil.which("ffprobe", path=env["PATH"]):
-            raise SystemExit(f"bench: the {name} guard's PATH finds another ffprobe")
+        guarded = shutil.which("ffprobe", path=genv["PATH"])
+        if guarded is None or not guarded.startswith(str(root / f"bin-{name}")):
+            raise SystemExit(f"bench: the {name} guard's PATH does not find its ffprobe first")
     version = ["ffmpeg", "-version"]
     wav = root / "cache" / "0123456789abcdef01234567.wav"
     # writes nothing, so nothing to reserve (the null muxer); one second decoded
     unestimable = ["ffmpeg", "-nostdin", "-loglevel", "error", "-t", "1", "-i", str(wav), "-f",
                    "null", "-"]  # fmt: skip
-    probe = [*FFPROBE_DURATION, str(m4a)]
+    probe = [*FFPROBE_DURATION, str(wav)]
     modes: list[tuple[str, list[str], dict[str, str]]] = [("version-bare", version, env)]
     modes += [(f"version-{n}", version, e) for n, e in envs.items()]
     modes += [("unestimable-bare", unestimable, env)]
@@ -170,8 +168,8 @@ def bench_checks(
     modes += [
         ("python-IS", [sys.executable, "-I", "-S", "-c", "pass"], env),
         ("ffprobe-bare", probe, env),
-        ("ffprobe-guarded", probe, envs["compiled"]),
     ]
+    modes += [(f"ffprobe-{n}", probe, e) for n, e in envs.items()]
     times: dict[str, list[float]] = {name: [] for name, _, _ in modes}
     expected: dict[str, bytes] = {}
     for i in range(runs + 3):
@@ -196,7 +194,9 @@ def bench_cut(
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """The cut rows, then (with the same daemon running) :func:`bench_checks`'s rows."""
     wav = root / "cache" / "0123456789abcdef01234567.wav"
-    make_wav(wav, 600)
+    # Long enough for every round to cut a window of its own: a job's groups never repeat
+    # (a window cut again is growth past the working set, admitted as such).
+    make_wav(wav, 30 * (runs + 4))
     job = root / "tmp" / ".tmpBENCH" / "fa_v2" / "audio"
     job.mkdir(parents=True)
     exes: dict[str, str] = {"bare": str(FFMPEG)}
@@ -235,7 +235,7 @@ def bench_cut(
                         else job / (f"fa-v2-audio-{name}-{i}.pcm")
                     )
                     out.parent.mkdir(parents=True, exist_ok=True)
-                    took = timed([exe, *cut_args(wav, out, (i % 19) * 30.0)], envs[name])
+                    took = timed([exe, *cut_args(wav, out, i * 30.0)], envs[name])
                     if out.stat().st_size != 30 * 64_000:
                         raise SystemExit(f"bench: {name} wrote {out.stat().st_size} bytes")
                     out.unlink()
@@ -399,8 +399,10 @@ def main(argv: list[str] | None = None) -> int:
         add(f"Python guard, {title}", checks[f"{what}-python"], base,
             TARGET_VERSION_MS if version else None)  # fmt: skip
     add("python -I -S -c pass (the Python guard's interpreter start)", checks["python-IS"])
-    add("bare ffprobe duration of an m4a (batchalign3's query)", checks["ffprobe-bare"])
-    add("ffprobe, a guard's folder first on PATH (not wrapped)", checks["ffprobe-guarded"],
+    add("bare ffprobe duration of a cached WAV (batchalign3's probe)", checks["ffprobe-bare"])
+    add("compiled front end, the probe (marks it awaiting use)", checks["ffprobe-compiled"],
+        checks["ffprobe-bare"], TARGET_COMPILED_PROBE_MS)  # fmt: skip
+    add("Python guard, the probe (marks it awaiting use)", checks["ffprobe-python"],
         checks["ffprobe-bare"])  # fmt: skip
     pre_ok = pre["cold_median_s"] <= TARGET_PREFLIGHT_S
     ok &= pre_ok

@@ -58,7 +58,6 @@ if TYPE_CHECKING:
     from janitor.admission.reserve import Admission
     from janitor.config.policy import TreePolicy
     from janitor.core import Janitor
-    from janitor.ledger.draws import DrawInfo
     from janitor.ledger.jobs import JobInfo, Waiter, Writer
     from janitor.ledger.reservations import ReservationInfo
     from janitor.ledger.tx import Tx
@@ -509,9 +508,8 @@ class _Cut:
         tx, w, vol, now = self.tx, self.w, self.vol, self.now
         if pool.at_risk is not None and vol.free < vol.floor:
             raise SpaceRisk(pool.id, pool.volume, pool.at_risk)
-        draws = tx.draws.of_job(self.job_id)
-        again = _cut_again(draws, w)
-        balance = pool.outstanding - _in_flight(draws, pool.id)
+        again = _cut_again(tx, self.job_id, w)
+        balance = pool.outstanding - _in_flight(tx, pool.id)
         extra = again + max(0, w.bytes - again - balance)
         if not extra:
             return HeldWrite(pool.id, w.path, max(w.bytes, balance), vol.floor, pooled=True)
@@ -582,30 +580,35 @@ class _Cut:
         return HeldWrite(pool.id, w.path, max(pool.outstanding, w.bytes), decision.floor, True)
 
 
-def _cut_again(draws: Sequence[DrawInfo], w: PlannedWrite) -> int:
+def _cut_again(tx: Tx, job: str, w: PlannedWrite) -> int:
     """The bytes of cut ``w`` whose window its job cut already from the same source (a group
     cut again), or 0: less than :data:`RECUT_FRACTION` of it is a neighbour's overlap."""
-    if w.start_us is None or w.end_us is None or w.end_us <= w.start_us:
+    if w.start_us is None or w.end_us is None or w.end_us <= w.start_us or w.source is None:
         return 0
     span = w.end_us - w.start_us
-    covered = sum(d.overlap_us(w.start_us, w.end_us) for d in draws if d.source == w.source)
+    draws = tx.draws.overlapping(job, w.source, w.start_us, w.end_us)
+    covered = sum(d.overlap_us(w.start_us, w.end_us) for d in draws)
     if covered < span * RECUT_FRACTION:
         return 0
     return w.bytes * min(covered, span) // span
 
 
-def _in_flight(draws: Sequence[DrawInfo], reservation: str) -> int:
+def _in_flight(tx: Tx, reservation: str) -> int:
     """What the cuts still running on ``reservation`` have yet to write: their bytes less
-    what their output holds (a cut whose guard died has written all it will)."""
+    what their output holds. A cut whose guard has exited has written all it will: its draw is
+    done (marked so here, if its release did not say so already)."""
     from janitor.host.owner import still_alive
     from janitor.host.space import allocated_size
 
     total = 0
-    for d in draws:
-        if d.state != "live" or d.reservation != reservation:
-            continue
+    ended: list[str] = []
+    for d in tx.draws.in_flight(reservation):
         if still_alive(d.owner_pid, d.owner_start):
             total += max(0, d.bytes - allocated_size(d.path))
+        else:
+            ended.append(d.id)
+    if ended:
+        tx.draws.finish(ended)
     return total
 
 

@@ -104,6 +104,24 @@ class Draws:
         ).fetchall()
         return [_from_row(r) for r in rows]
 
+    def overlapping(self, job: str, source: str, start_us: int, end_us: int) -> list[DrawInfo]:
+        """Job ``job``'s draws from ``source`` whose window overlaps ``[start_us, end_us)``."""
+        rows = self._conn.execute(
+            f"SELECT {_COLUMNS} FROM draws WHERE job = ? AND source = ? AND start_us < ? "
+            "AND end_us > ?",
+            (job, db_path(source), end_us, start_us),
+        ).fetchall()
+        return [_from_row(r) for r in rows]
+
+    def in_flight(self, reservation: str) -> list[DrawInfo]:
+        """The draws on ``reservation`` still marked live (their call may have ended since:
+        the caller asks whether their guard still runs)."""
+        rows = self._conn.execute(
+            f"SELECT {_COLUMNS} FROM draws WHERE reservation = ? AND state = 'live'",
+            (reservation,),
+        ).fetchall()
+        return [_from_row(r) for r in rows]
+
     def finish(self, ids: list[str]) -> int:
         """Mark the draws ``ids`` done (their call ended); returns how many were live."""
         n = 0

@@ -149,7 +149,8 @@ CREATE TABLE IF NOT EXISTS draws (
     created     REAL NOT NULL,
     state       TEXT NOT NULL DEFAULT 'live'
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS draws_job ON draws(job)
+CREATE INDEX IF NOT EXISTS draws_job ON draws(job);
+CREATE INDEX IF NOT EXISTS draws_live ON draws(reservation) WHERE state = 'live'
 """
 _SCHEMA = _SCHEMA.format(jobs=_JOBS_SCHEMA)
 
