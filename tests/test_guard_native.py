@@ -584,7 +584,7 @@ def test_shim_status_and_doctor_say_which_front_end_and_why(
     # asked for the Python one: ok, and said so
     done = run_cli("shim", "install", "--front-end", "python")
     assert done.returncode == 0 and "the python front end (asked for)" in (done.stderr), done.stderr
-    assert sorted(p.name for p in default_bin.iterdir()) == ["ffmpeg"]  # no sidecar left
+    assert sorted(p.name for p in default_bin.iterdir()) == ["ffmpeg", "ffprobe"]  # no sidecar
     state = _status(run_cli, default_bin, JANITOR_GUARD_FRONT_END="python")
     assert state["front_end"]["kind"] == "python" and state["current"], state
     # ... but the default would put the compiled one in: out of date, doctor says how
@@ -607,7 +607,7 @@ def test_no_compiler_or_one_that_fails_means_the_python_guard_said_why(
     done = run_cli("shim", "install", "--dir", folder, env=env)
     assert done.returncode == 0, done.stderr
     assert "the python front end (no C compiler" in done.stderr, done.stderr
-    assert sorted(p.name for p in folder.iterdir()) == ["ffmpeg"]
+    assert sorted(p.name for p in folder.iterdir()) == ["ffmpeg", "ffprobe"]
     assert "# Front end: python (no C compiler" in (folder / "ffmpeg").read_text()
     state = _status(run_cli, folder, **env)
     assert state["front_end"]["kind"] == "python" and state["current"], state

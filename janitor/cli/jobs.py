@@ -299,7 +299,8 @@ _FrontEndOpt = Annotated[
 def shim_install(
     bin_dir: _ShimDirOpt = None, dry_run: DryRunOpt = False, front_end: _FrontEndOpt = None
 ) -> None:
-    """Put a guarded `ffmpeg` into a bin folder of ours; say how to put it first on PATH."""
+    """Put a guarded `ffmpeg` (and `ffprobe`) into a bin folder of ours; say how to put it
+    first on PATH."""
     from janitor.jobs.shim import default_bin_dir, install, path_snippets, state
 
     if front_end not in (None, "auto", "compiled", "python"):
@@ -309,11 +310,15 @@ def shim_install(
     target, front = install(s, folder, dry_run=dry_run, front_end=front_end)
     now = state(s, folder)
     verb = "would write" if dry_run else "installed"
-    say(f"{verb} the guarded ffmpeg at {target}: the {front.kind} front end ({front.why})")
+    say(
+        f"{verb} the guarded ffmpeg at {target}, and ffprobe beside it: the {front.kind} front "
+        f"end ({front.why})"
+    )
     if now.real_ffmpeg is None:
         say(f"warning: {now.problem}")
     else:
-        say(f"it runs the real ffmpeg at {now.real_ffmpeg}")
+        probe = f" and the real ffprobe at {now.real_ffprobe}" if now.real_ffprobe else ""
+        say(f"it runs the real ffmpeg at {now.real_ffmpeg}{probe}")
     if not now.first_on_path:
         print(f"Put {folder} first on PATH:")
         for where, how in path_snippets(folder).items():
@@ -347,6 +352,7 @@ def shim_status(bin_dir: _ShimDirOpt = None, as_json: JsonOpt = False) -> None:
             print(f"shim install would put in: {st.would_install.kind} ({st.would_install.why})")
         print(f"first on PATH: {'yes' if st.first_on_path else 'no'}")
         print(f"real ffmpeg: {st.real_ffmpeg or st.problem}")
+        print(f"real ffprobe: {st.real_ffprobe or 'none found on PATH after the guard'}")
     if not (st.installed and st.first_on_path and st.real_ffmpeg):
         raise typer.Exit(EXIT_PROBLEM)
 

@@ -31,7 +31,7 @@ from janitor.jobs.front_end import (
     script,
     write_layout,
 )
-from janitor.jobs.guard import GuardError, find_real_ffmpeg
+from janitor.jobs.guard import GuardError, find_real, find_real_ffmpeg
 from janitor.jobs.guard import is_guard as _is_guard
 
 __all__ = [
@@ -72,6 +72,8 @@ class ShimState:
     #: The front end installed (None: no guard), and the one an install would put there now.
     front_end: FrontEnd | None = None
     would_install: FrontEnd | None = None
+    #: The ffprobe the guarded ffprobe runs (None: none found).
+    real_ffprobe: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of ``janitor shim status --json``."""
@@ -84,6 +86,7 @@ class ShimState:
             "problem": self.problem,
             "front_end": None if self.front_end is None else self.front_end.as_dict(),
             "would_install": None if self.would_install is None else self.would_install.as_dict(),
+            "real_ffprobe": self.real_ffprobe,
         }
 
 
@@ -129,8 +132,12 @@ def state(
         problem = None
     except GuardError as exc:
         real, problem = None, str(exc)
+    try:
+        probe: str | None = find_real("ffprobe", env, me=str(folder / "ffprobe"))
+    except GuardError:
+        probe = None
     return ShimState(
-        str(folder), front is not None, current, first_on_path, real, problem, front, would
+        str(folder), front is not None, current, first_on_path, real, problem, front, would, probe
     )
 
 
