@@ -667,7 +667,7 @@ def test_the_daemon_decides_a_call_whole_and_words_its_lines(
         )
         # its input lies in the media cache: pinned for the call, ended with it
         assert body["release"] == {"reservations": [held["id"]], "pins": body["session"]["pins"],
-                                   "job": "ffmpeg", "run": None}  # fmt: skip
+                                   "draws": [], "job": "ffmpeg", "run": None}  # fmt: skip
         assert len(body["session"]["pins"]) == 1
         r = c.post("/v1/guard/release", json={**body["release"], "written": []})
         assert r.status_code == 200, r.text
