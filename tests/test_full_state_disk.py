@@ -127,6 +127,9 @@ def test_an_older_ledger_or_none_is_read_on_a_full_disk_without_being_written(
         ledger = state / "ledger.sqlite3"
         conn = sqlite3.connect(ledger, isolation_level=None)
         try:  # back to schema 3 (before jobs); closed, so its WAL is folded into the file
+            conn.execute("DROP TABLE draws")
+            conn.execute("ALTER TABLE pins DROP COLUMN unit")
+            conn.execute("ALTER TABLE pins DROP COLUMN kind")
             for table in ("jobs", "job_writers", "job_sources", "waiters"):
                 conn.execute(f"DROP TABLE {table}")
             conn.execute("ALTER TABLE reservations DROP COLUMN job_id")
@@ -146,7 +149,7 @@ def test_an_older_ledger_or_none_is_read_on_a_full_disk_without_being_written(
         _ok(run("status"))
         conn = sqlite3.connect(ledger)
         try:
-            assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
         finally:
             conn.close()
 
