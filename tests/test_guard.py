@@ -726,7 +726,12 @@ def test_a_guard_written_before_the_upgrade_still_runs_and_is_called_stale(
     assert run_cli("shim", "install", "--dir", folder).returncode == 0
     shim = folder / "ffmpeg"
     files = {p.name: p.read_bytes() for p in folder.iterdir()}
-    assert sorted(files) == (["ffmpeg"] if front_end == "python" else ["ffmpeg", "ffmpeg.guard"])
+    want = (
+        ["ffmpeg", "ffprobe"]
+        if front_end == "python"
+        else ["ffmpeg", "ffmpeg.guard", "ffprobe", "ffprobe.guard"]
+    )
+    assert sorted(files) == want
     text = files["ffmpeg" if front_end == "python" else "ffmpeg.guard"].decode()
     assert "from janitor.jobs.guard import main" in text
     # what an older space-janitor wrote: a Python script alone, importing the old module

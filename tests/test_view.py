@@ -437,7 +437,8 @@ def test_cli_status_json_shape(run_cli: Cli, make_scene: Callable[..., Scene]) -
     assert done.returncode == 0, done.stderr
     data: dict[str, Any] = json.loads(done.stdout)
     assert set(data) == {
-        "time", "policy", "level", "volumes", "trees", "reservations", "jobs", "waiting"
+        "time", "policy", "level", "volumes", "trees", "reservations", "jobs", "waiting",
+        "awaiting",
     }  # fmt: skip
     assert data["policy"] == str(sc.policy)
     assert data["level"] == "ok"
