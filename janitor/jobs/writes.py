@@ -111,7 +111,9 @@ class CallRequest:
     call's own reservations and pins end with it) and its parent (``writer_pid``: the process
     that ran ffmpeg, where the job's writer chain starts; ``writer_is_parent``: it is the
     guard's parent, as both guards send it, so it is read through the guard); a label, the
-    ``janitor run`` it belongs to, and how long a job's first write may wait for room."""
+    ``janitor run`` it belongs to, and how long a job's first write may still wait for room,
+    counted from when the request is received (a front end sends what is left of the call's
+    wait: one deadline, however the call is handed on)."""
 
     writes: tuple[PlannedWrite, ...]
     inputs: tuple[str, ...]
@@ -218,7 +220,9 @@ class _Target:
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A call after :func:`prepare`: its targets, the writer of its jobs, the jobs, the pins
-    that end with the call, and whether it is a job's first write (the only kind that waits)."""
+    that end with the call, whether it is a job's first write (the only kind that waits), and
+    its ``deadline`` (this process's ``time.monotonic()``): when its wait for room ends, fixed
+    once as the request came in, whether it then waits or not."""
 
     request: CallRequest
     targets: tuple[_Target, ...]
@@ -227,16 +231,24 @@ class Prepared:
     jobs: dict[str, str] = field(default_factory=dict)  # job folder -> job id
     pins: tuple[str, ...] = ()
     first: bool = True
+    deadline: float = 0.0
+
+    def wait_left(self) -> float:
+        """Seconds left before the call's deadline (0 once it passed)."""
+        return max(0.0, self.deadline - time.monotonic())
 
 
-def prepare(jan: Janitor, req: CallRequest) -> Prepared:
+def prepare(jan: Janitor, req: CallRequest, *, received: float | None = None) -> Prepared:
     """Classify the call's writes, record its jobs and pin its inputs, in one transaction; a
-    job's first cut from a cache entry takes over its writer's awaiting-use mark on it."""
+    job's first cut from a cache entry takes over its writer's awaiting-use mark on it.
+    ``received``: when the request came in (``time.monotonic()``; default now): its
+    ``wait_s`` counts from then, whatever estimating and preparing it takes."""
     from janitor.admission.awaiting import cache_entry, take_over
     from janitor.admission.jobs import job_folder, record_job
     from janitor.host.owner import process_start, writer_chain
     from janitor.ledger.jobs import Writer
 
+    deadline = (time.monotonic() if received is None else received) + req.wait_s
     targets: list[_Target] = []
     unguarded: list[str] = []
     for w in req.writes:
@@ -307,10 +319,11 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
             {path: job.id for path, job in jobs.items()},
             tuple(call_pins),
             first,
+            deadline,
         )
 
     if not folders and not inputs:  # nothing to record before the grant
-        return Prepared(req, tuple(targets), tuple(unguarded), writer)
+        return Prepared(req, tuple(targets), tuple(unguarded), writer, deadline=deadline)
     prepared: Prepared = jan.ledger.call(write)
     return prepared
 
@@ -388,7 +401,7 @@ def grant(jan: Janitor, prep: Prepared, *, ticket: str | None = None) -> WriteSe
     refused = short.decision.refusal(short.output)
     if ticket is not None:
         raise refused  # still waiting: what the call holds stays
-    if (prep.first or short.growth) and prep.request.wait_s > 0:
+    if (prep.first or short.growth) and prep.wait_left() > 0:
         raise _queue(jan, prep, refused, short)
     _give_back(jan, prep)
     raise refused
@@ -729,7 +742,7 @@ def _queue(jan: Janitor, prep: Prepared, refused: ReservationRefused, short: _Sh
         f"{'' if held == 1 else 's'} and write"
         f"{'' if held == 1 else 's'}"
         + (f", {len(ahead)} waiting ahead" if ahead else "")
-        + f"; up to {req.wait_s:g} s (JANITOR_GUARD_WAIT_S=0 refuses at once)"
+        + f"; up to {math.ceil(prep.wait_left()):d} s (JANITOR_GUARD_WAIT_S=0 refuses at once)"
     )
     return Queued(waiter.id, message, refused)
 
@@ -747,7 +760,7 @@ def wait(
     *,
     still_wanted: Callable[[], bool] = lambda: True,
 ) -> WriteSession:
-    """Admit a queued call in its turn, within its ``wait_s``: tried again whenever space is
+    """Admit a queued call in its turn, by its deadline: tried again whenever space is
     freed here (a release, a job's end: ``jan.space``) and every POLL_S anyway; room is made
     again every ROOM_EVERY_S, and every HOPE_EVERY_S it asks whether the space it waits for
     can still come (the work it counted on may have ended without giving enough back).
@@ -756,7 +769,7 @@ def wait(
     ``still_wanted()`` False (the caller is gone) ends the wait at once.
     """
     started = time.monotonic()
-    deadline = started + prep.request.wait_s
+    deadline = prep.deadline  # fixed as the call came in: never restarted here
     last_room = last_hope = started
     with jan.ledger.read() as tx:
         place = tx.waiters.get(ticket)
