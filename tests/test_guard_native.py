@@ -58,6 +58,8 @@ def test_the_c_front_end_knows_the_same_information_options_and_variables() -> N
     assert tuple(_c_strings("CALL_ENV")) == call.CALL_ENV
     assert f'"{guard.GUARD_MARK.decode()}"' in GUARD_C.read_text()
     assert f'"{guard.FALLBACK_ENV}"' in GUARD_C.read_text()
+    assert f'#define ELAPSED_ENV "{guard.ELAPSED_ENV}"' in GUARD_C.read_text()
+    assert f"#define WAIT_GRACE_MS {guard.WAIT_GRACE_S * 1000:.0f}" in GUARD_C.read_text()
 
 
 # -- fixtures -------------------------------------------------------------------------------------

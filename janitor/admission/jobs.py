@@ -40,19 +40,22 @@ from janitor.ledger.reservations import ReservationInfo
 
 if TYPE_CHECKING:
     from janitor.admission.volume import Volume
-    from janitor.config.policy import Policy
+    from janitor.config.policy import Policy, TreePolicy
     from janitor.ledger.tx import Tx
 
 __all__ = [
     "Capacity",
     "JobEnd",
     "JobFolder",
+    "KnownWrite",
     "Reaped",
     "capacity",
     "end_job",
     "folder_is",
     "job_folder",
     "job_keepers",
+    "job_tree",
+    "known_job",
     "reap_all",
     "reap_jobs",
     "reap_waiters",
@@ -97,6 +100,71 @@ def job_folder(policy: Policy, tree: str, path: str) -> JobFolder | None:
     except OSError:
         return None
     return JobFolder(tree, folder, st.st_dev, st.st_ino)
+
+
+@dataclass(frozen=True, slots=True)
+class KnownWrite:
+    """A write into the folder of a job the ledger knows (live or orphaned): the job, its
+    folder as recorded, and the write's path under that folder as the job records it."""
+
+    job: JobInfo
+    folder: JobFolder
+    path: str
+
+
+def known_job(tx: Tx, path: str) -> KnownWrite | None:
+    """The live or orphaned job whose folder holds ``path``, whatever the policy now says: a
+    job known to the ledger stays that job until it ends, though a reload dropped its tree,
+    moved its root or spelled it another way (a symlink to the same folder).
+
+    Its folder is found by identity: a folder above ``path`` (symlinks resolved) with the
+    device and inode a job was recorded with, that is still the folder the job records
+    (:func:`folder_is`: an inode number reused by a new folder elsewhere is not the job's).
+    None when no known job's folder holds it.
+    """
+    try:
+        real = os.path.realpath(path)
+    except ValueError:
+        return None  # a NUL byte, text no filesystem names: no folder holds it
+    above: list[tuple[str, int, int]] = []
+    folder = os.path.dirname(real)
+    while True:
+        try:
+            st = os.stat(folder)
+        except (OSError, ValueError):
+            pass  # not made yet: only a folder that exists can be a job's
+        else:
+            above.append((folder, st.st_dev, st.st_ino))
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    jobs = {(j.device, j.ino): j for j in tx.jobs.active_with((d, i) for _, d, i in above)}
+    for folder, device, ino in above:  # the innermost first
+        job = jobs.get((device, ino))
+        if job is not None and folder_is(job):
+            where = JobFolder(job.tree, job.folder, job.device, job.ino)
+            return KnownWrite(job, where, os.path.join(job.folder, os.path.relpath(real, folder)))
+    return None
+
+
+def job_tree(policy: Policy, job: JobInfo) -> TreePolicy:
+    """The tree a known job's writes are admitted under: the policy's tree of the job's name
+    while its root still holds the job's folder (as it was recorded); else (a reload dropped
+    the tree, renamed it or moved its root) the job's tree as recorded: a scratch tree of that
+    name whose root is the folder's parent. Either way the volume's numbers (floor, free_low)
+    are those the policy now gives that volume (its ``[volume]`` table, or the
+    ``[volumes.X]`` that names it), whether a tree is still on it or not."""
+    from pathlib import Path
+
+    from janitor.config.policy import TreePolicy
+
+    parent = os.path.dirname(job.folder)
+    tree = policy.trees.get(job.tree)
+    if tree is not None and os.path.normpath(os.path.abspath(tree.path)) == parent:
+        return tree
+    # Not validated: the root is the job's, not a folder a policy names.
+    return TreePolicy.model_construct(name=job.tree, role="scratch", path=Path(parent), units="dir")
 
 
 def job_keepers(writers: Iterable[Writer]) -> tuple[int, ...]:

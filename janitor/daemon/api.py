@@ -178,7 +178,11 @@ class GuardRequest(BaseModel):
     job: str | None = Field(default=None, max_length=200)
     run: str | None = Field(default=None, max_length=200, description="The `janitor run`.")
     wait_s: float = Field(
-        default=0.0, ge=0, le=86400, description="How long a job's first write may wait."
+        default=0.0,
+        ge=0,
+        le=86400,
+        description="How long a job's first write may still wait, from when this request comes "
+        "in: what is left of the call's wait (one deadline, however the call is handed on).",
     )
     policy: str | None = Field(
         default=None, description="The policy the caller expects; 409 if the daemon runs another."
@@ -496,7 +500,9 @@ class _Calls:
     def cover(self, rid: str, pid: int) -> bytes:
         return _reservation_body(self.daemon.janitor.cover(rid, pid))
 
-    def guard(self, req: GuardRequest) -> tuple[int, bytes]:
+    def guard(self, req: GuardRequest, received: float) -> tuple[int, bytes]:
+        """``received``: when the request came in (``time.monotonic()``): its ``wait_s``, what
+        is left of the call's wait, counts from then."""
         from janitor.jobs.writes import CallRequest, Queued, grant, prepare
 
         jan = self.daemon.janitor
@@ -511,7 +517,7 @@ class _Calls:
                 }
             )
         call = CallRequest.from_wire(req.model_dump())
-        prep = prepare(jan, call)
+        prep = prepare(jan, call, received=received)
         try:
             session = grant(jan, prep)
         except Queued as q:
@@ -595,7 +601,7 @@ class _Calls:
             probe = self._probe_cache = ffmpeg.Probe(ffmpeg.probe_cache_dir())
         return probe
 
-    def guard_call(self, req: GuardCall) -> tuple[int, bytes]:
+    def guard_call(self, req: GuardCall, received: float) -> tuple[int, bytes]:
         from janitor.jobs.call import decide
 
         if not os.path.isabs(req.cwd):
@@ -605,6 +611,7 @@ class _Calls:
             req.model_dump(),
             probe_for=self._guard_probe,
             policy_path=str(self.daemon.settings.policy_path),
+            received=received,
         )
         if verdict.prepared is not None:
             self._park(verdict.body["ticket"], verdict.prepared)
@@ -781,7 +788,7 @@ def create_app(daemon: DaemonView, offload: Offload | None = None) -> FastAPI:
         cut from a source reserves the source's whole working set, later cuts draw on it).
         507 names the output that does not fit; 202 with a ticket when a job's first write
         waits its turn (then ``POST /v1/guard/wait``)."""
-        status, body = await off.run(calls.guard, req)
+        status, body = await off.run(calls.guard, req, time.monotonic())
         if status == 507:
             return Response(
                 body, status_code=507, media_type="application/json", headers={"Retry-After": "5"}
@@ -820,7 +827,7 @@ def create_app(daemon: DaemonView, offload: Offload | None = None) -> FastAPI:
         /v1/guard/release`` at its end, ``written`` added), ``wait`` (202: its turn, with
         ``POST /v1/guard/call/wait``) or ``refuse`` (507); ``say`` is the stderr line to
         print and ``log`` the ``guard.log`` line to write (``debug``: at DEBUG)."""
-        status, body = await off.run(calls.guard_call, req)
+        status, body = await off.run(calls.guard_call, req, time.monotonic())
         return _json(body, status)
 
     @app.post(

@@ -9,7 +9,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from janitor.config.policy import load_policy
+from janitor.admission.jobs import job_tree
+from janitor.config.policy import Policy, load_policy
 from janitor.config.settings import Settings
 from janitor.core import Janitor
 from janitor.daemon.ballast import BallastKeeper
@@ -72,9 +73,27 @@ class PolicyReloader:
             return
         self.janitor.policy = policy
         log.info("policy reloaded from %s (%d trees)", self.settings.policy_path, len(policy.trees))
+        self._say_kept_jobs(policy)
         self.ballast.arm()
         self.watching.restart()
         self.bus.publish("policy-reloaded", trees=sorted(policy.trees))
+
+    def _say_kept_jobs(self, policy: Policy) -> None:
+        """Name the running jobs whose folder the new policy no longer puts in their tree (the
+        tree dropped, renamed, or its root moved): each stays its job until it ends, its later
+        cuts drawing on its working set (janitor.jobs.writes), whatever the policy now says."""
+        try:
+            jobs = self.janitor.jobs()
+        except (JanitorError, OSError):
+            return  # a ledger it cannot read now: the jobs go on all the same
+        kept = [j for j in jobs if j.state == "live" and job_tree(policy, j) is not
+                policy.trees.get(j.tree)]  # fmt: skip
+        if kept:
+            log.info(
+                "%d running job%s whose folder the new policy no longer puts in its tree as "
+                "recorded (%s): each stays its job until it ends, drawing on its working set",
+                len(kept), "" if len(kept) == 1 else "s", ", ".join(j.folder for j in kept),
+            )  # fmt: skip
 
     def rearm(self) -> None:
         """Re-arm broken watches; sweep trees that are polled instead of watched; notice a

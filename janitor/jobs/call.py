@@ -16,6 +16,7 @@ and the size printer); the estimator and the ledger inside the functions that ne
 from __future__ import annotations
 
 import os
+import time
 
 from janitor.errors import NeverFits, ReservationRefused, WaitWontHelp
 from janitor.humanize import format_duration, format_size
@@ -247,15 +248,19 @@ def decide(
     *,
     probe_for: Callable[[str | None, str], Any],
     policy_path: str,
+    received: float | None = None,
 ) -> Verdict:
     """The daemon's verdict on one call of the compiled front end (the body of
     ``POST /v1/guard/call``): estimated as the Python guard estimates it, then prepared and
     granted as ``POST /v1/guard`` grants it. ``probe_for(cache_dir, ffmpeg)`` gives the probe
     to estimate with; ``policy_path`` is the daemon's policy (409 when the call expects
-    another)."""
+    another); ``received``: when the call came in (``time.monotonic()``; default now), where
+    its wait for room starts: estimating it counts too. A ``wait`` verdict's ``wait_s`` is
+    what is left of that wait, so the front end never waits for an answer past it."""
     from janitor.errors import SpaceRisk
     from janitor.jobs.writes import CallRequest, Queued, close_writes, grant, prepare
 
+    received = time.monotonic() if received is None else received
     config = call.get("config") or {}
     try:
         default_wait = float(config.get("wait_s") or 0)
@@ -290,12 +295,12 @@ def decide(
     if isinstance(request, str):
         return _exec(unguarded_line(request, args))
     request["wait_s"] = opts["wait_s"]
-    prep = prepare(jan, CallRequest.from_wire(request))
+    prep = prepare(jan, CallRequest.from_wire(request), received=received)
     try:
         session = grant(jan, prep)
     except Queued as q:
         body = {"action": "wait", "ticket": q.ticket, "say": q.message,
-                "log": f"waiting: {q.message}", "wait_s": opts["wait_s"]}  # fmt: skip
+                "log": f"waiting: {q.message}", "wait_s": prep.wait_left()}  # fmt: skip
         return Verdict(202, body, prep)
     except (ReservationRefused, SpaceRisk) as exc:
         return _refuse(exc)

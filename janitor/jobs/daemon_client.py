@@ -51,20 +51,32 @@ class DaemonClient:
         self.sock.sendall(head + data)
         self._unread += 1
 
-    def call(self, method: str, url: str, body: Any = None) -> tuple[int, Any]:
-        """Send a request and read its answer: (HTTP status, the JSON body read, or None)."""
+    def call(
+        self, method: str, url: str, body: Any = None, *, timeout: float | None = None
+    ) -> tuple[int, Any]:
+        """Send a request and read its answer: (HTTP status, the JSON body read, or None).
+
+        ``timeout``: how long this one answer may take (a wait for room, bounded by its call's
+        deadline); a broken or late answer then raises OSError, never asked again."""
+        if timeout is not None:
+            self.sock.settimeout(max(timeout, 0.001))
         try:
             self.send(method, url, body)
             while self._unread > 1:
                 self._response()
             status, payload = self._response()
         except OSError:
+            if timeout is not None:
+                raise
             # The daemon closes an idle connection (keep-alive ends) while a long ffmpeg runs:
             # ask again on a new one. Only reads and idempotent ends come this late.
             self.close()
             self._connect()
             self.send(method, url, body)
             status, payload = self._response()
+        finally:
+            if timeout is not None:
+                self.sock.settimeout(self.timeout)
         return status, loads(payload) if payload else None
 
     def _response(self) -> tuple[int, bytes]:

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_WAIT_S",
+    "ELAPSED_ENV",
     "EXIT_NO_FFMPEG",
     "EXIT_REFUSED",
     "FALLBACK_ENV",
@@ -74,6 +75,9 @@ EXIT_NO_FFMPEG = 127
 #: Set by the compiled front end when it hands a call to this guard: why (the daemon did not
 #: answer, or answered what it did not understand).
 FALLBACK_ENV = "JANITOR_GUARD_FALLBACK"
+#: Set with it: the seconds the call had taken when it was handed over. A call's wait for room
+#: has one deadline, from the guarded ffmpeg's start, however it is handed on.
+ELAPSED_ENV = "JANITOR_GUARD_ELAPSED_S"
 #: How long the daemon may take to answer a call (it may probe a new recording or evict caches
 #: first); then the ledger decides. ``JANITOR_GUARD_TIMEOUT_S`` changes it.
 ANSWER_TIMEOUT_S = 60.0
@@ -82,6 +86,9 @@ POLL_S = 0.2
 #: How long a job's first write waits for room by default (batchalign3's memory gate waits
 #: 120 s too); ``guard_wait_s`` and ``JANITOR_GUARD_WAIT_S`` change it.
 DEFAULT_WAIT_S = 120.0
+#: How long past a call's deadline a front end still waits for the daemon's verdict on it (its
+#: last try at admission) before the ledger decides: past that, the daemon is not answering.
+WAIT_GRACE_S = 2.0
 #: How far an output may pass its reservation before ffmpeg is stopped: estimates are within
 #: 1 %, and allocation rounds up to blocks.
 MARGIN = 0.05
@@ -179,22 +186,26 @@ class _Hold:
 class _DaemonHold(_Hold):
     via = "daemon"
 
-    def __init__(self, daemon: DaemonClient, request: dict[str, Any], log_dir: str | None) -> None:
+    def __init__(
+        self, daemon: DaemonClient, request: dict[str, Any], log_dir: str | None, deadline: float
+    ) -> None:
         from janitor.jobs.held import WriteSession
 
         self.daemon = daemon
         self.job, self.run = request.get("job"), request.get("run")
-        status, body = daemon.call("POST", "/v1/guard", request)
+        # What is left of the call's wait: the daemon's wait ends at the same deadline.
+        asked = {**request, "wait_s": _left(deadline)}
+        status, body = daemon.call("POST", "/v1/guard", asked)
         if status == 202 and isinstance(body, dict) and body.get("ticket"):
             # Queued: say so once, then wait in turn (the daemon answers when admitted).
             _say(body.get("message", "waiting for room"))
             _log(log_dir, f"waiting: {body.get('message', '')}")
-            # The daemon answers when the call is admitted or its wait runs out.
-            daemon.sock.settimeout(float(request.get("wait_s") or 0) + 60.0)
+            # The daemon answers when the call is admitted or its wait runs out; one that does
+            # not by then (dead, stopped) leaves the rest of the wait to the ledger.
             status, body = daemon.call(
-                "POST", "/v1/guard/wait", {"ticket": body["ticket"], "owner_pid": os.getpid()}
-            )
-            daemon.sock.settimeout(daemon.timeout)
+                "POST", "/v1/guard/wait", {"ticket": body["ticket"], "owner_pid": os.getpid()},
+                timeout=_left(deadline) + WAIT_GRACE_S,
+            )  # fmt: skip
         if status == 507 and isinstance(body, dict) and body.get("error") == "at_risk":
             raise Stopped(body.get("message", "its job is at risk"))
         if status == 507 and isinstance(body, dict) and body.get("error") in _REFUSALS:
@@ -237,7 +248,7 @@ class _LibraryHold(_Hold):
 
     via = "ledger"
 
-    def __init__(self, request: dict[str, Any], log_dir: str | None) -> None:
+    def __init__(self, request: dict[str, Any], log_dir: str | None, deadline: float) -> None:
         from janitor.core import Janitor
         from janitor.errors import JanitorError, SpaceRisk
         from janitor.jobs.writes import CallRequest, open_writes
@@ -248,7 +259,9 @@ class _LibraryHold(_Hold):
 
         try:
             self.jan = Janitor.from_settings()
-            self.session = open_writes(self.jan, CallRequest.from_wire(request), on_wait=waiting)
+            # What is left of the call's wait, however long the daemon held it first.
+            asked = CallRequest.from_wire({**request, "wait_s": _left(deadline)})
+            self.session = open_writes(self.jan, asked, on_wait=waiting)
         except ReservationRefused:
             raise
         except SpaceRisk as exc:
@@ -449,12 +462,17 @@ def main(
     """
     # First of all: the process that ran ffmpeg, the job's writer chain's start. Should it exit
     # before the call is recorded, we are adopted and the record says it is gone (never a new
-    # process given its pid).
+    # process given its pid). And when the call started: its wait for room counts from then.
     parent = os.getppid()
+    started = time.monotonic()
     args = list(sys.argv[1:] if argv is None else argv)
     # The compiled front end hands a call over when the daemon did not take it: asked again
-    # here it would only wait as long again, so the ledger decides. ffmpeg never sees the word.
+    # here it would only wait as long again, so the ledger decides, in what is left of the
+    # call's wait. ffmpeg never sees the words.
     handed_over = os.environ.pop(FALLBACK_ENV, None)
+    elapsed = os.environ.pop(ELAPSED_ENV, None)
+    if handed_over is not None:
+        started -= _seconds(elapsed)
     try:
         real = find_real_ffmpeg(me=me)
     except GuardError as exc:
@@ -477,9 +495,9 @@ def main(
         return _exec(real, args)
     if opts["policy"]:
         request["policy"] = opts["policy"]
-    request["wait_s"] = opts["wait_s"]
+    deadline = started + opts["wait_s"]
     try:
-        hold = _hold(request, socket_path, log_dir, handed_over=handed_over)
+        hold = _hold(request, socket_path, log_dir, deadline, handed_over=handed_over)
     except ReservationRefused as exc:
         _say(refusal_line(exc))
         _log(log_dir, f"refused: {refusal_line(exc)}")
@@ -514,20 +532,39 @@ def answer_timeout() -> float:
     return ANSWER_TIMEOUT_S
 
 
+def _seconds(text: str | None) -> float:
+    """The seconds a call had taken when it was handed over (:data:`ELAPSED_ENV`): 0 when
+    not a number of seconds from 0 to a day."""
+    try:
+        value = float(text or 0)
+    except ValueError:
+        return 0.0
+    return value if 0 <= value <= 86400 else 0.0
+
+
+def _left(deadline: float) -> float:
+    """Seconds left of a call's wait for room (``deadline``: ``time.monotonic()``), 0 once
+    it passed."""
+    return max(0.0, deadline - time.monotonic())
+
+
 def _hold(
     request: dict[str, Any],
     socket_path: str | None,
     log_dir: str | None,
+    deadline: float,
     *,
     handed_over: str | None = None,
 ) -> _Hold:
     """Through the daemon when it answers (and runs the same policy), else the library; the
-    library at once for a call the compiled front end ``handed_over`` (saying why)."""
+    library at once for a call the compiled front end ``handed_over`` (saying why). Each waits
+    for room only until the call's ``deadline`` (``time.monotonic()``), fixed once as the
+    guarded ffmpeg started: a wait handed on goes on, never starts again."""
     if handed_over is not None:
         quiet = handed_over.startswith("no daemon answers")  # as the Python guard says nothing
         _log(log_dir, f"the compiled front end handed this call over: {handed_over}; "
              "reserving through the ledger", debug=quiet)  # fmt: skip
-        return _LibraryHold(request, log_dir)
+        return _LibraryHold(request, log_dir, deadline)
     runtime = os.environ.get("JANITOR_RUNTIME_DIR")
     path = os.path.join(runtime, "janitor.sock") if runtime else socket_path
     if path:
@@ -539,7 +576,7 @@ def _hold(
             daemon = None
         if daemon is not None:
             try:
-                return _DaemonHold(daemon, request, log_dir)
+                return _DaemonHold(daemon, request, log_dir, deadline)
             except (ReservationRefused, Stopped):
                 daemon.close()
                 raise
@@ -547,7 +584,7 @@ def _hold(
                 daemon.close()  # another policy, an old daemon: the library decides, said so
                 _log(log_dir, f"the daemon at {path} did not take this call ({exc}); "
                      "reserving through the ledger")  # fmt: skip
-    return _LibraryHold(request, log_dir)
+    return _LibraryHold(request, log_dir, deadline)
 
 
 def _run(real: str, args: list[str], hold: _Hold, log_dir: str | None) -> int:

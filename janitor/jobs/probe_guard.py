@@ -19,6 +19,7 @@ import os
 import sys
 
 from janitor.jobs.guard import (
+    ELAPSED_ENV,
     EXIT_NO_FFMPEG,
     EXIT_REFUSED,
     FALLBACK_ENV,
@@ -109,6 +110,7 @@ def main(
     del wait_s, cache_dir
     args = list(sys.argv[1:] if argv is None else argv)
     handed_over = os.environ.pop(FALLBACK_ENV, None)
+    os.environ.pop(ELAPSED_ENV, None)  # a probe never waits; ffprobe never sees it
     try:
         real = find_real("ffprobe", me=me)
     except GuardError as exc:

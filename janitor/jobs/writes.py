@@ -1,7 +1,8 @@
 """Reserving the writes of one guarded ffmpeg call as part of its job, in a deliberate order.
 
 1. **What it reads stays** (:func:`prepare`, one transaction, committed first): each write into
-   a job folder (a unit of a scratch tree) records the job with its writer; the inputs that lie
+   a job folder (a unit of a scratch tree, or the folder of a job the ledger knows, whatever
+   a policy reload since made of its tree) records the job with its writer; the inputs that lie
    in cache trees are touched and pinned: for a job, by its writer, for the job's life (the
    pipeline re-reads a cached WAV once per group with nothing open in between); for any other
    write, by the guard, for the call. So no room made for the outputs can evict an input.
@@ -110,7 +111,9 @@ class CallRequest:
     call's own reservations and pins end with it) and its parent (``writer_pid``: the process
     that ran ffmpeg, where the job's writer chain starts; ``writer_is_parent``: it is the
     guard's parent, as both guards send it, so it is read through the guard); a label, the
-    ``janitor run`` it belongs to, and how long a job's first write may wait for room."""
+    ``janitor run`` it belongs to, and how long a job's first write may still wait for room,
+    counted from when the request is received (a front end sends what is left of the call's
+    wait: one deadline, however the call is handed on)."""
 
     writes: tuple[PlannedWrite, ...]
     inputs: tuple[str, ...]
@@ -199,9 +202,14 @@ class _Target:
     job folder it lands in (None: not a job's)."""
 
     write: PlannedWrite
-    tree: str
+    tp: TreePolicy
     recorded: str | None
     folder: JobFolder | None
+
+    @property
+    def tree(self) -> str:
+        """The name of the tree it is reserved on."""
+        return self.tp.name
 
     @property
     def cut(self) -> bool:
@@ -217,7 +225,9 @@ class _Target:
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A call after :func:`prepare`: its targets, the writer of its jobs, the jobs, the pins
-    that end with the call, and whether it is a job's first write (the only kind that waits)."""
+    that end with the call, whether it is a job's first write (the only kind that waits), and
+    its ``deadline`` (this process's ``time.monotonic()``): when its wait for room ends, fixed
+    once as the request came in, whether it then waits or not."""
 
     request: CallRequest
     targets: tuple[_Target, ...]
@@ -226,30 +236,28 @@ class Prepared:
     jobs: dict[str, str] = field(default_factory=dict)  # job folder -> job id
     pins: tuple[str, ...] = ()
     first: bool = True
+    deadline: float = 0.0
+
+    def wait_left(self) -> float:
+        """Seconds left before the call's deadline (0 once it passed)."""
+        return max(0.0, self.deadline - time.monotonic())
 
 
-def prepare(jan: Janitor, req: CallRequest) -> Prepared:
+def prepare(jan: Janitor, req: CallRequest, *, received: float | None = None) -> Prepared:
     """Classify the call's writes, record its jobs and pin its inputs, in one transaction; a
-    job's first cut from a cache entry takes over its writer's awaiting-use mark on it."""
+    job's first cut from a cache entry takes over its writer's awaiting-use mark on it.
+    ``received``: when the request came in (``time.monotonic()``; default now): its
+    ``wait_s`` counts from then, whatever estimating and preparing it takes."""
     from janitor.admission.awaiting import cache_entry, take_over
-    from janitor.admission.jobs import job_folder, record_job
+    from janitor.admission.jobs import record_job
     from janitor.host.owner import process_start, writer_chain
     from janitor.ledger.jobs import Writer
 
-    targets: list[_Target] = []
-    unguarded: list[str] = []
-    for w in req.writes:
-        where = locate(jan, w.path)
-        if where is None:
-            unguarded.append(w.path)
-            continue
-        tree, recorded = where.tree, where.path
-        folder = None if recorded is None else job_folder(jan.policy, tree, recorded)
-        targets.append(_Target(w, tree, recorded, folder))
+    deadline = (time.monotonic() if received is None else received) + req.wait_s
+    targets, unguarded = _classify(jan, req.writes)
     folders = {t.folder.folder: t.folder for t in targets if t.folder is not None}
     into_cache = any(
-        t.folder is None and t.recorded is not None and jan.policy.tree(t.tree).evicts_for_room
-        for t in targets
+        t.folder is None and t.recorded is not None and t.tp.evicts_for_room for t in targets
     )
     lineage: tuple[Writer, ...] = ()
     if (folders or into_cache) and req.writer_pid:
@@ -306,12 +314,39 @@ def prepare(jan: Janitor, req: CallRequest) -> Prepared:
             {path: job.id for path, job in jobs.items()},
             tuple(call_pins),
             first,
+            deadline,
         )
 
     if not folders and not inputs:  # nothing to record before the grant
-        return Prepared(req, tuple(targets), tuple(unguarded), writer)
+        return Prepared(req, tuple(targets), tuple(unguarded), writer, deadline=deadline)
     prepared: Prepared = jan.ledger.call(write)
     return prepared
+
+
+def _classify(jan: Janitor, writes: Sequence[PlannedWrite]) -> tuple[list[_Target], list[str]]:
+    """Where each write lands (its target), and the writes left unguarded (on no volume the
+    policy covers). A write into the folder of a job the ledger knows is that job's, whatever
+    the policy now says (a reload may have dropped its tree, moved or respelled its root):
+    the job stays its job until it ends. Any other write is placed by the policy."""
+    from janitor.admission.jobs import job_folder, job_tree, known_job
+
+    with jan.ledger.read() as tx:
+        known = {w.path: known_job(tx, w.path) for w in writes}
+    targets: list[_Target] = []
+    unguarded: list[str] = []
+    for w in writes:
+        hit = known[w.path]
+        if hit is not None:
+            targets.append(_Target(w, job_tree(jan.policy, hit.job), hit.path, hit.folder))
+            continue
+        where = locate(jan, w.path)
+        if where is None:
+            unguarded.append(w.path)
+            continue
+        tree, recorded = jan.policy.tree(where.tree), where.path
+        folder = None if recorded is None else job_folder(jan.policy, tree.name, recorded)
+        targets.append(_Target(w, tree, recorded, folder))
+    return targets, unguarded
 
 
 def _cached_inputs(jan: Janitor, inputs: Sequence[str]) -> list[tuple[str, str]]:
@@ -378,7 +413,7 @@ def grant(jan: Janitor, prep: Prepared, *, ticket: str | None = None) -> WriteSe
                 break  # a waiter's retry: room is made, and the refusal logged, by wait()
             _log_refusal(jan, prep, short)
             if attempt == 0:
-                evicted = jan.make_room(short.decision.tree, short.decision.requested)
+                evicted = _make_room(jan, prep, short.decision.tree, short.decision.requested)
                 if evicted > 0:
                     continue
             break
@@ -387,7 +422,7 @@ def grant(jan: Janitor, prep: Prepared, *, ticket: str | None = None) -> WriteSe
     refused = short.decision.refusal(short.output)
     if ticket is not None:
         raise refused  # still waiting: what the call holds stays
-    if (prep.first or short.growth) and prep.request.wait_s > 0:
+    if (prep.first or short.growth) and prep.wait_left() > 0:
         raise _queue(jan, prep, refused, short)
     _give_back(jan, prep)
     raise refused
@@ -406,7 +441,7 @@ def _grant(tx: Tx, jan: Janitor, prep: Prepared, ticket: str | None, evicted: in
     held: list[HeldWrite] = []
     draws: list[str] = []
     for t in prep.targets:
-        tp = policy.tree(t.tree)
+        tp = t.tp
         w = t.write
         if t.cut:
             assert t.folder is not None
@@ -668,7 +703,7 @@ def _cannot_wait(
     from janitor.admission.queue import will_come
     from janitor.admission.volume import Volume
 
-    vol = Volume.at(jan.policy, jan.policy.tree(refused.tree).path)
+    vol = Volume.at(jan.policy, _tree_named(jan, prep, refused.tree).path)
     whole = replace(_numbers(refused), requested=need, queued=0)
     with jan.ledger.read() as tx:
         own = [tx.jobs.get(j) for j in set(prep.jobs.values())]
@@ -681,6 +716,27 @@ def _cannot_wait(
     if lacks > coming:
         return WaitWontHelp(whole, output=refused.output, waited_s=refused.waited_s, coming=coming)
     return None
+
+
+def _tree_named(jan: Janitor, prep: Prepared, name: str) -> TreePolicy:
+    """The tree ``name`` as the call was admitted on it: a target's (a known job's tree, which
+    a reload may have dropped from the policy), else the policy's."""
+    for t in prep.targets:
+        if t.tp.name == name:
+            return t.tp
+    return jan.policy.tree(name)
+
+
+def _make_room(jan: Janitor, prep: Prepared, tree: str, nbytes: int) -> int:
+    """Evict caches on the volume of ``tree`` (as the call names it) until ``nbytes`` would
+    fit; bytes freed. A known job's tree the policy no longer has makes room through a tree
+    the policy still has on that volume; with none there, no cache of the policy is on it:
+    nothing to evict."""
+    from janitor.admission.reserve import tree_on
+
+    tp = _tree_named(jan, prep, tree)
+    held = tp if jan.policy.trees.get(tp.name) is tp else tree_on(jan.policy, _device(jan, tp))
+    return 0 if held is None else jan.make_room(held.name, nbytes)
 
 
 def _numbers(refused: ReservationRefused) -> Admission:
@@ -698,10 +754,7 @@ def _queue(jan: Janitor, prep: Prepared, refused: ReservationRefused, short: _Sh
     """Queue a refused first write (or a cut's growth), or say why waiting cannot help
     (:func:`_cannot_wait`: refused at once, with all the call wants on the volume). A growth
     waits ahead of the first writes that came after its job began: its compute is spent."""
-    from janitor.admission.volume import Volume
-
-    tp = jan.policy.tree(refused.tree)
-    device = Volume.at(jan.policy, tp.path).device
+    device = short.decision.device
     need = short.needs.get(device, refused.requested)
     hopeless = _cannot_wait(jan, prep, refused, device, need)
     if hopeless is not None:
@@ -732,7 +785,7 @@ def _queue(jan: Janitor, prep: Prepared, refused: ReservationRefused, short: _Sh
         f"{'' if held == 1 else 's'} and write"
         f"{'' if held == 1 else 's'}"
         + (f", {len(ahead)} waiting ahead" if ahead else "")
-        + f"; up to {req.wait_s:g} s (JANITOR_GUARD_WAIT_S=0 refuses at once)"
+        + f"; up to {math.ceil(prep.wait_left()):d} s (JANITOR_GUARD_WAIT_S=0 refuses at once)"
     )
     return Queued(waiter.id, message, refused)
 
@@ -750,7 +803,7 @@ def wait(
     *,
     still_wanted: Callable[[], bool] = lambda: True,
 ) -> WriteSession:
-    """Admit a queued call in its turn, within its ``wait_s``: tried again whenever space is
+    """Admit a queued call in its turn, by its deadline: tried again whenever space is
     freed here (a release, a job's end: ``jan.space``) and every POLL_S anyway; room is made
     again every ROOM_EVERY_S, and every HOPE_EVERY_S it asks whether the space it waits for
     can still come (the work it counted on may have ended without giving enough back).
@@ -759,7 +812,7 @@ def wait(
     ``still_wanted()`` False (the caller is gone) ends the wait at once.
     """
     started = time.monotonic()
-    deadline = started + prep.request.wait_s
+    deadline = prep.deadline  # fixed as the call came in: never restarted here
     last_room = last_hope = started
     with jan.ledger.read() as tx:
         place = tx.waiters.get(ticket)
@@ -782,7 +835,7 @@ def wait(
                     raise final from None
                 if now - last_room >= ROOM_EVERY_S:
                     last_room = now
-                    jan.make_room(exc.tree, exc.requested)
+                    _make_room(jan, prep, exc.tree, exc.requested)
                 jan.space.wait(min(POLL_S, deadline - now))
                 continue
             waited = time.monotonic() - started

@@ -173,6 +173,20 @@ class Jobs:
         found = self._build(rows.fetchall())
         return found[0] if found else None
 
+    def active_with(self, identities: Iterable[tuple[int, int]]) -> list[JobInfo]:
+        """The live or orphaned jobs whose folder had one of these identities (device, inode)
+        when it was recorded."""
+        pairs = list(dict.fromkeys(identities))
+        if not pairs:
+            return []
+        marks = ",".join("(?,?)" for _ in pairs)
+        rows = self._conn.execute(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {_ACTIVE} AND (device, ino) IN "
+            f"(VALUES {marks}) ORDER BY created",
+            [n for pair in pairs for n in pair],
+        )
+        return self._build(rows.fetchall())
+
     def active(self) -> list[JobInfo]:
         """Every live or orphaned job, oldest first."""
         rows = self._conn.execute(

@@ -75,6 +75,12 @@ extern char **environ;
 #define MAX_SIDECAR (256 << 10)
 #define LOG_ROTATE (1 << 20)
 #define FALLBACK_ENV "JANITOR_GUARD_FALLBACK"
+/* Set with it: the seconds the call had taken (janitor.jobs.guard.ELAPSED_ENV). A call's wait
+ * for room has one deadline, from our start, however it is handed on. */
+#define ELAPSED_ENV "JANITOR_GUARD_ELAPSED_S"
+/* How long past the call's deadline we still wait for the daemon's verdict on a queued call
+ * (its last try at admission) before the Python guard decides (janitor.jobs.guard.WAIT_GRACE_S). */
+#define WAIT_GRACE_MS 2000
 
 /* ffmpeg's options that print something and exit (janitor.jobs.guard.INFO_OPTIONS). */
 static const char *const INFO_OPTIONS[] = {
@@ -858,6 +864,7 @@ out:
 
 static char **g_args; /* ffmpeg's arguments (argv + 1) */
 static int g_nargs;
+static int64_t g_started; /* now_ms() as we started: the call's wait counts from then */
 static const char *g_real;
 static struct settings g_set;
 
@@ -873,19 +880,27 @@ static _Noreturn void exec_real(void) {
     exit(EXIT_NO_FFMPEG);
 }
 
-/* Exec the Python guard (ffmpeg.guard, run by the settings' python), telling it why; without
- * one, the real ffmpeg as it is. */
+/* Exec the Python guard (ffmpeg.guard, run by the settings' python), telling it why and how
+ * long the call has taken (it waits only for what is left of the call's wait); without one,
+ * the real ffmpeg as it is. */
 static _Noreturn void hand_over(const char *why) {
     if (g_set.python != NULL && g_set.sidecar != NULL) {
         char **argv = calloc((size_t)g_nargs + 4, sizeof *argv);
-        if (argv != NULL && setenv(FALLBACK_ENV, why ? why : "", 1) == 0) {
+        char elapsed[32];
+        int64_t spent = now_ms() - g_started;
+        if (spent < 0) spent = 0;
+        (void)snprintf(elapsed, sizeof elapsed, "%lld.%03lld", (long long)(spent / 1000),
+                       (long long)(spent % 1000));
+        if (argv != NULL && setenv(FALLBACK_ENV, why ? why : "", 1) == 0 &&
+            setenv(ELAPSED_ENV, elapsed, 1) == 0) {
             argv[0] = g_set.python;
             argv[1] = "-IS";
             argv[2] = g_set.sidecar;
             for (int i = 0; i < g_nargs; i++) argv[i + 3] = g_args[i];
             execv(g_set.python, argv);
-            (void)unsetenv(FALLBACK_ENV);
         }
+        (void)unsetenv(FALLBACK_ENV);
+        (void)unsetenv(ELAPSED_ENV);
         free(argv);
         struct buf line = {0};
         buf_fmt(&line, "unguarded (the Python guard %s cannot run: %s): ffmpeg", g_set.python,
@@ -1632,6 +1647,7 @@ static _Noreturn void probe(const char *cwd) {
 }
 
 int main(int argc, char **argv) {
+    g_started = now_ms();
     sigset_t given_mask;
     (void)sigprocmask(SIG_SETMASK, NULL, &given_mask);
     g_args = argv + 1;
@@ -1674,7 +1690,8 @@ int main(int argc, char **argv) {
     if (action == NULL) hand_over(why.p);
 
     if (!strcmp(action, "wait")) {
-        /* Queued: say so once, then wait in turn (the daemon answers when admitted). */
+        /* Queued: say so once, then wait in turn (the daemon answers when admitted, or
+         * refuses at the call's deadline: wait_s is what is left of the call's wait). */
         const char *p = ans.body.p, *end = p + ans.body.len;
         char *ticket = json_get_string(p, end, "ticket");
         double wait_s = 0;
@@ -1687,7 +1704,7 @@ int main(int argc, char **argv) {
         buf_fmt(&wait_body, ",\"owner_pid\":%ld}", (long)getpid());
         buf_free(&ans.body);
         free(action);
-        int ms = (int)((wait_s > 0 && wait_s < 86400 ? wait_s : 0) * 1000) + 60000;
+        int ms = (int)((wait_s > 0 && wait_s < 86400 ? wait_s : 0) * 1000) + WAIT_GRACE_MS;
         if (wait_body.failed ||
             http("POST", "/v1/guard/call/wait", wait_body.p, ms, &ans, &why) != 0)
             hand_over(why.len ? why.p : "out of memory");
