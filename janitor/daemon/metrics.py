@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -33,6 +33,8 @@ __all__ = [
 LEVEL_VALUES = {"ok": 0, "warn": 1, "critical": 2}
 
 _UP_HELP = "1 while the daemon runs (0: a textfile's last word, written as it stopped)."
+
+_Of = TypeVar("_Of")
 
 
 @dataclass
@@ -166,159 +168,169 @@ class DaemonState:
             }
 
 
+@dataclass(frozen=True, slots=True)
+class _Gauge(Generic[_Of]):
+    """One gauge family: its name and help, and its value for one volume or tree (``None``:
+    no sample for that one)."""
+
+    name: str
+    help: str
+    value: Callable[[_Of], float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class _TreeView:
+    """A tree's state beside what the daemon knows of it outside the last sweep."""
+
+    tree: TreeState
+    orphans: frozenset[str]
+    awaiting: tuple[int, int]
+
+
+#: Every volume's gauges, labelled ``volume``.
+_VOLUME_GAUGES: tuple[_Gauge[VolumeState], ...] = (
+    _Gauge("janitor_volume_free_bytes", "Free bytes (f_bavail).", lambda v: v.free),
+    _Gauge("janitor_volume_size_bytes", "Volume size.", lambda v: v.total),
+    _Gauge("janitor_volume_floor_bytes", "Reservation floor.", lambda v: v.floor),
+    _Gauge(
+        "janitor_volume_free_low_bytes", "Pressure eviction starts below this.",
+        lambda v: v.free_low,
+    ),
+    _Gauge(
+        "janitor_volume_free_target_bytes", "Pressure eviction stops above this.",
+        lambda v: v.free_target,
+    ),
+    _Gauge(
+        "janitor_volume_reserved_bytes", "Outstanding bytes of live reservations.",
+        lambda v: v.reserved,
+    ),
+    _Gauge(
+        "janitor_volume_headroom_bytes", "free - floor - reserved.",
+        lambda v: v.free - v.floor - v.reserved,
+    ),
+    _Gauge("janitor_reservations_live", "Live reservations.", lambda v: v.live),
+    _Gauge(
+        "janitor_volume_level", "0 ok, 1 warn, 2 critical (as read now).",
+        lambda v: LEVEL_VALUES.get(v.level, 0),
+    ),
+    _Gauge(
+        "janitor_volume_alert_level",
+        "The level damped: worse at once, better only after settle_s.",
+        lambda v: LEVEL_VALUES.get(v.alert_level, 0),
+    ),
+    _Gauge(
+        "janitor_reservations_at_risk",
+        "Live reservations told to stop (their volume is below its floor).",
+        lambda v: v.at_risk,
+    ),
+    _Gauge(
+        "janitor_volume_fill_rate_bytes_per_second",
+        "Smoothed consumption rate (negative while freeing).",
+        lambda v: v.fill_rate,
+    ),
+    _Gauge(
+        "janitor_volume_floor_eta_seconds",
+        "Forecast seconds until the floor (+Inf if not falling).",
+        lambda v: math.inf if v.eta_floor is None else v.eta_floor,
+    ),
+    _Gauge(
+        "janitor_volume_forecast_confidence", "0..1 confidence of the forecast.",
+        lambda v: v.confidence,
+    ),
+    _Gauge(
+        "janitor_volume_horizon_seconds", "Forecast horizon of the warn level.",
+        lambda v: v.horizon,
+    ),
+    _Gauge("janitor_ballast_bytes", "Ballast held on the volume.", lambda v: v.ballast),
+)  # fmt: skip
+
+#: Every tree's gauges, labelled ``tree`` and ``volume``.
+_TREE_GAUGES: tuple[_Gauge[_TreeView], ...] = (
+    _Gauge("janitor_tree_usage_bytes", "Bytes a tree holds (last sweep).", lambda t: t.tree.usage),
+    _Gauge("janitor_tree_quota_bytes", "A tree's quota.", lambda t: t.tree.quota),
+    _Gauge(
+        "janitor_tree_watch_polling", "1 when a tree's watch failed and it is polled.",
+        lambda t: 0 if t.tree.watch == "watching" else 1,
+    ),
+    _Gauge(
+        "janitor_tree_orphans",
+        "Orphaned job folders of a scratch tree still there: every recorded writer died, "
+        "or the last sweep chose it as an orphan and could not remove it.",
+        lambda t: len(t.orphans) if t.tree.role == "scratch" else None,
+    ),
+    _Gauge(
+        "janitor_tree_awaiting_use_entries",
+        "Cache entries awaiting use (probed or converted, not yet cut from): never evicted.",
+        lambda t: t.awaiting[0] if t.tree.role == "cache" else None,
+    ),
+    _Gauge(
+        "janitor_tree_awaiting_use_bytes", "Bytes held by the cache entries awaiting use.",
+        lambda t: t.awaiting[1] if t.tree.role == "cache" else None,
+    ),
+)  # fmt: skip
+
+#: The counters: (name, help, labels, the DaemonState field that counts them).
+_COUNTERS = (
+    ("janitor_reservations_granted", "Reservations granted.", ("tree",), "granted"),
+    ("janitor_reservations_refused", "Reservations refused.", ("tree",), "refused"),
+    ("janitor_evicted_bytes", "Bytes deleted by the janitor.", ("tree", "reason"),
+     "evicted_bytes"),
+    ("janitor_evicted_units", "Units deleted by the janitor.", ("tree", "reason"),
+     "evicted_units"),
+)  # fmt: skip
+
+
+def _gauges(
+    specs: Iterable[_Gauge[_Of]], labels: list[str], rows: list[tuple[list[str], _Of]]
+) -> Iterator[GaugeMetricFamily]:
+    for spec in specs:
+        family = GaugeMetricFamily(spec.name, spec.help, labels=labels)
+        for values, row in rows:
+            value = spec.value(row)
+            if value is not None:
+                family.add_metric(values, value)
+        yield family
+
+
 class _Collector(Collector):
+    """The metrics of a daemon's state, read at scrape time from the tables above."""
+
     def __init__(self, state: DaemonState) -> None:
         self.state = state
 
     def collect(self) -> Iterator[Any]:
         s = self.state
-        vol = ["volume"]
-        gauges = {
-            "free": GaugeMetricFamily(
-                "janitor_volume_free_bytes", "Free bytes (f_bavail).", labels=vol
-            ),
-            "total": GaugeMetricFamily("janitor_volume_size_bytes", "Volume size.", labels=vol),
-            "floor": GaugeMetricFamily(
-                "janitor_volume_floor_bytes", "Reservation floor.", labels=vol
-            ),
-            "free_low": GaugeMetricFamily(
-                "janitor_volume_free_low_bytes", "Pressure eviction starts below this.", labels=vol
-            ),
-            "free_target": GaugeMetricFamily(
-                "janitor_volume_free_target_bytes",
-                "Pressure eviction stops above this.",
-                labels=vol,
-            ),
-            "reserved": GaugeMetricFamily(
-                "janitor_volume_reserved_bytes",
-                "Outstanding bytes of live reservations.",
-                labels=vol,
-            ),
-            "headroom": GaugeMetricFamily(
-                "janitor_volume_headroom_bytes", "free - floor - reserved.", labels=vol
-            ),
-            "live": GaugeMetricFamily(
-                "janitor_reservations_live", "Live reservations.", labels=vol
-            ),
-            "level": GaugeMetricFamily(
-                "janitor_volume_level", "0 ok, 1 warn, 2 critical (as read now).", labels=vol
-            ),
-            "alert_level": GaugeMetricFamily(
-                "janitor_volume_alert_level",
-                "The level damped: worse at once, better only after settle_s.",
-                labels=vol,
-            ),
-            "at_risk": GaugeMetricFamily(
-                "janitor_reservations_at_risk",
-                "Live reservations told to stop (their volume is below its floor).",
-                labels=vol,
-            ),
-            "fill_rate": GaugeMetricFamily(
-                "janitor_volume_fill_rate_bytes_per_second",
-                "Smoothed consumption rate (negative while freeing).",
-                labels=vol,
-            ),
-            "eta_floor": GaugeMetricFamily(
-                "janitor_volume_floor_eta_seconds",
-                "Forecast seconds until the floor (+Inf if not falling).",
-                labels=vol,
-            ),
-            "confidence": GaugeMetricFamily(
-                "janitor_volume_forecast_confidence", "0..1 confidence of the forecast.", labels=vol
-            ),
-            "horizon": GaugeMetricFamily(
-                "janitor_volume_horizon_seconds", "Forecast horizon of the warn level.", labels=vol
-            ),
-            "ballast": GaugeMetricFamily(
-                "janitor_ballast_bytes", "Ballast held on the volume.", labels=vol
-            ),
-        }
-        tl = ["tree", "volume"]
-        usage = GaugeMetricFamily(
-            "janitor_tree_usage_bytes", "Bytes a tree holds (last sweep).", labels=tl
-        )
-        quota = GaugeMetricFamily("janitor_tree_quota_bytes", "A tree's quota.", labels=tl)
-        polling = GaugeMetricFamily(
-            "janitor_tree_watch_polling",
-            "1 when a tree's watch failed and it is polled.",
-            labels=tl,
-        )
-        granted = CounterMetricFamily(
-            "janitor_reservations_granted", "Reservations granted.", labels=["tree"]
-        )
-        refused = CounterMetricFamily(
-            "janitor_reservations_refused", "Reservations refused.", labels=["tree"]
-        )
-        ebytes = CounterMetricFamily(
-            "janitor_evicted_bytes", "Bytes deleted by the janitor.", labels=["tree", "reason"]
-        )
-        eunits = CounterMetricFamily(
-            "janitor_evicted_units", "Units deleted by the janitor.", labels=["tree", "reason"]
-        )
-        orphans = GaugeMetricFamily(
-            "janitor_tree_orphans",
-            "Orphaned job folders of a scratch tree still there: every recorded writer died, "
-            "or the last sweep chose it as an orphan and could not remove it.",
-            labels=tl,
-        )
-        awaiting = GaugeMetricFamily(
-            "janitor_tree_awaiting_use_entries",
-            "Cache entries awaiting use (probed or converted, not yet cut from): never evicted.",
-            labels=tl,
-        )
-        awaiting_bytes = GaugeMetricFamily(
-            "janitor_tree_awaiting_use_bytes",
-            "Bytes held by the cache entries awaiting use.",
-            labels=tl,
-        )
-        started = GaugeMetricFamily(
+        with s.lock:
+            volumes = [([v.mount], v) for v in s.volumes.values()]
+            trees = [
+                (
+                    [t.name, t.mount],
+                    _TreeView(
+                        t,
+                        t.orphans_left | s.orphan_jobs.get(t.name, frozenset()),
+                        s.awaiting.get(t.name, (0, 0)),
+                    ),
+                )
+                for t in s.trees.values()
+            ]
+            counted = [
+                (name, text, list(labels), dict(getattr(s, field)))
+                for name, text, labels, field in _COUNTERS
+            ]
+            version, started = s.version, s.started
+        yield from _gauges(_VOLUME_GAUGES, ["volume"], volumes)
+        yield from _gauges(_TREE_GAUGES, ["tree", "volume"], trees)
+        for name, text, labels, counts in counted:
+            family = CounterMetricFamily(name, text, labels=labels)
+            for key, n in counts.items():
+                family.add_metric(list(key) if isinstance(key, tuple) else [key], n)
+            yield family
+        start = GaugeMetricFamily(
             "janitor_daemon_start_time_seconds", "When the daemon started.", labels=["version"]
         )
-        up = GaugeMetricFamily("janitor_up", _UP_HELP, value=1)
-        with s.lock:
-            started.add_metric([s.version], s.started)
-            for v in s.volumes.values():
-                m = [v.mount]
-                gauges["free"].add_metric(m, v.free)
-                gauges["total"].add_metric(m, v.total)
-                gauges["floor"].add_metric(m, v.floor)
-                gauges["free_low"].add_metric(m, v.free_low)
-                gauges["free_target"].add_metric(m, v.free_target)
-                gauges["reserved"].add_metric(m, v.reserved)
-                gauges["headroom"].add_metric(m, v.free - v.floor - v.reserved)
-                gauges["live"].add_metric(m, v.live)
-                gauges["level"].add_metric(m, LEVEL_VALUES.get(v.level, 0))
-                gauges["alert_level"].add_metric(m, LEVEL_VALUES.get(v.alert_level, 0))
-                gauges["at_risk"].add_metric(m, v.at_risk)
-                gauges["fill_rate"].add_metric(m, v.fill_rate)
-                gauges["eta_floor"].add_metric(m, math.inf if v.eta_floor is None else v.eta_floor)
-                gauges["confidence"].add_metric(m, v.confidence)
-                gauges["horizon"].add_metric(m, v.horizon)
-                gauges["ballast"].add_metric(m, v.ballast)
-            for t in s.trees.values():
-                labels = [t.name, t.mount]
-                usage.add_metric(labels, t.usage)
-                if t.quota is not None:
-                    quota.add_metric(labels, t.quota)
-                polling.add_metric(labels, 0 if t.watch == "watching" else 1)
-                if t.role == "scratch":
-                    left = t.orphans_left | s.orphan_jobs.get(t.name, frozenset())
-                    orphans.add_metric(labels, len(left))
-                if t.role == "cache":
-                    n, nbytes = s.awaiting.get(t.name, (0, 0))
-                    awaiting.add_metric(labels, n)
-                    awaiting_bytes.add_metric(labels, nbytes)
-            for tree, n in s.granted.items():
-                granted.add_metric([tree], n)
-            for tree, n in s.refused.items():
-                refused.add_metric([tree], n)
-            for (tree, reason), n in s.evicted_bytes.items():
-                ebytes.add_metric([tree, reason], n)
-            for (tree, reason), n in s.evicted_units.items():
-                eunits.add_metric([tree, reason], n)
-        yield from gauges.values()
-        yield from (usage, quota, polling, orphans, awaiting, awaiting_bytes)
-        yield from (granted, refused, ebytes, eunits, started, up)
+        start.add_metric([version], started)
+        yield start
+        yield GaugeMetricFamily("janitor_up", _UP_HELP, value=1)
 
 
 def registry_for(state: DaemonState) -> CollectorRegistry:
