@@ -37,7 +37,9 @@ pytestmark = [
 #: grace a front end gives its verdict (README, "Waiting for room").
 WAIT_S = 8.0
 KILL_AT_S = 4.0
-SLACK_S = {"SIGKILL": 2.0, "SIGSTOP": 2.0 + 1.0}  # 2 s: janitor.jobs.guard.WAIT_GRACE_S
+#: SIGSTOP: the grace, then Python's start and one try through the ledger, which a loaded
+#: 2-core machine (the suite's other tests beside it) stretches to 3 s (measured: 1 s quiet).
+SLACK_S = {"SIGKILL": 2.0, "SIGSTOP": 2.0 + 3.0}  # 2 s: janitor.jobs.guard.WAIT_GRACE_S
 
 
 def _cut(guard: Path, src: Path, out: Path) -> list[str]:
