@@ -528,6 +528,8 @@ def test_a_cut_that_meets_a_disk_filled_to_its_last_byte_is_stopped_cleanly(
     assert "No space left on device" in err, err
     assert code == 75, err
     last = err.strip().splitlines()[-1]
+    # Said as a stop: found by the watch (the volume critical: this job among the fewest
+    # stopped) when ffmpeg is slow to end, else when ffmpeg has failed (outside writers).
     assert last.startswith("space-janitor: stopped ffmpeg writing"), err
-    assert "writers outside every reservation" in last, err
+    assert "writers outside every reservation" in last or "is critical" in last, err
     assert not left
