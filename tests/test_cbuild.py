@@ -164,3 +164,118 @@ def test_a_file_at_the_name_that_is_not_a_build_of_ours_is_replaced(tmp_path: Pa
     assert built == exe and not built.is_symlink()
     assert (tmp_path / "elsewhere").read_text() == "x"
     assert subprocess.run([built], capture_output=True, text=True).stdout == "hello 1\n"
+
+
+# -- a program is its main file and every file it includes --------------------------------------
+
+GREET_MAIN = b"""#include <stdio.h>
+#include "lib/greet.c"
+int main(void) { greet(); return 0; }
+"""
+GREET_H = b"""#ifndef GREET_H
+#define GREET_H
+#define WORD "hello"
+void greet(void);
+#endif
+"""
+GREET_C = b"""#include <stdio.h>
+#include "greet.h"
+void greet(void) { printf("%s\\n", WORD); }
+"""
+
+
+def _program(tmp_path: Path) -> Path:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "greet.h").write_bytes(GREET_H)
+    (tmp_path / "lib" / "greet.c").write_bytes(GREET_C)
+    return _src(tmp_path, GREET_MAIN, "main.c")
+
+
+def test_a_program_is_its_file_and_what_it_includes_as_the_compiler_finds_it(
+    tmp_path: Path,
+) -> None:
+    src = _program(tmp_path)
+    files = cbuild.program_files(src)
+    # greet.c's "greet.h" is found beside greet.c; <stdio.h> is the system's, not ours.
+    assert [f.name for f in files] == ["main.c", "lib/greet.c", "lib/greet.h"]
+    assert files[2].data == GREET_H
+    # One not found beside its includer is left to the compiler (a system header, or its error).
+    src.write_bytes(b'#include "stdio.h"\n' + GREET_MAIN)
+    assert [f.name for f in cbuild.program_files(src)] == ["main.c", "lib/greet.c", "lib/greet.h"]
+
+
+@needs_cc
+def test_a_change_to_an_included_header_builds_anew(tmp_path: Path) -> None:
+    src = _program(tmp_path)
+    into = tmp_path / "bin"
+    first = cbuild.build(src, into, "greet")
+    assert subprocess.run([first], capture_output=True, text=True).stdout == "hello\n"
+    assert cbuild.built_path(src, into, "greet") == first
+    (tmp_path / "lib" / "greet.h").write_bytes(GREET_H.replace(b'"hello"', b'"howdy"'))
+    assert cbuild.built_path(src, into, "greet") != first
+    second = cbuild.build(src, into, "greet")
+    assert second != first
+    assert subprocess.run([second], capture_output=True, text=True).stdout == "howdy\n"
+    assert sorted(p.name for p in into.iterdir()) == sorted([first.name, second.name])
+
+
+@needs_cc
+def test_an_error_in_an_included_file_is_named_as_in_the_package(tmp_path: Path) -> None:
+    src = _program(tmp_path)
+    (tmp_path / "lib" / "greet.c").write_bytes(GREET_C + b"int broken(void) { return nope; }\n")
+    with pytest.raises(BuildFailed) as caught:
+        cbuild.build(src, tmp_path / "bin", "greet")
+    reason = caught.value.reason
+    assert reason.startswith("greet: lib/greet.c:4:") and "nope" in reason, reason
+    assert [p for p in (tmp_path / "bin").iterdir()] == []  # the copy is gone too
+
+
+def test_an_include_outside_the_folder_fails_in_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "native"
+    folder.mkdir()
+    (tmp_path / "elsewhere.h").write_text("#define X 1\n")
+    src = _src(folder, b'#include "../elsewhere.h"\nint main(void) { return X; }\n', "x.c")
+    with pytest.raises(BuildFailed) as caught:
+        cbuild.program_files(src)
+    assert "x.c includes ../elsewhere.h, outside" in caught.value.reason
+    assert "\n" not in caught.value.reason
+    if CC is not None:
+        assert cbuild.built_path(src, tmp_path / "bin", "x", cc=CC) is None
+        with pytest.raises(BuildFailed, match="outside"):
+            cbuild.build(src, tmp_path / "bin", "x", cc=CC)
+
+
+def test_the_shipped_helpers_keys_cover_the_library_they_include(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """guard.c and sizewalk.c include jlib's files: an edit to one of its headers is a new
+    build of both (cbuild's key), and a new walker (nativewalk's own key, asked at every
+    ``janitor space`` without a compiler)."""
+    import shutil
+
+    from janitor.host import nativewalk
+
+    native = tmp_path / "native"
+    shutil.copytree(cbuild.NATIVE_DIR, native)
+    guard_files = {f.name for f in cbuild.program_files(native / "guard.c")}
+    walk_files = {f.name for f in cbuild.program_files(native / "sizewalk.c")}
+    assert {"jlib/buf.h", "jlib/buf.c", "jlib/json.c", "jlib/http.c"} <= guard_files
+    assert {"jlib/buf.h", "jlib/buf.c"} <= walk_files
+    # The package ships every file they include (the wheel takes janitor/native whole).
+    assert all((cbuild.NATIVE_DIR / name).is_file() for name in guard_files | walk_files)
+    cc = CC or Compiler("/usr/bin/cc", "cc 1.0")  # nothing is compiled here
+    monkeypatch.setattr(nativewalk, "SOURCE", native / "sizewalk.c")
+    before = (
+        cbuild.built_path(native / "guard.c", tmp_path, "guard", cc=cc),
+        cbuild.built_path(native / "sizewalk.c", tmp_path, "sizewalk", cc=cc),
+        nativewalk._key(),
+    )
+    header = native / "jlib" / "buf.h"
+    header.write_bytes(header.read_bytes() + b"/* edited */\n")
+    after = (
+        cbuild.built_path(native / "guard.c", tmp_path, "guard", cc=cc),
+        cbuild.built_path(native / "sizewalk.c", tmp_path, "sizewalk", cc=cc),
+        nativewalk._key(),
+    )
+    assert None not in before and None not in after
+    assert [b != a for b, a in zip(before, after, strict=True)] == [True, True, True]

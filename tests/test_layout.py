@@ -186,6 +186,51 @@ def test_sql_lives_in_the_ledger_package_only() -> None:
     assert outside == {}
 
 
+#: The standard modules that call the kernel by hand (``fcntl``: locks, leases; ``ctypes``: libc's
+#: functions); only ``janitor.host`` may import them, so every syscall wrapper is found there.
+SYSCALL_MODULES = frozenset({"fcntl", "ctypes"})
+
+
+def syscall_imports(source: str) -> Iterator[tuple[str, int]]:
+    """Each import of a module of :data:`SYSCALL_MODULES` (or of one inside it) in ``source``,
+    anywhere (in a function too), with its line."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            if name.partition(".")[0] in SYSCALL_MODULES:
+                yield name, node.lineno
+
+
+def test_the_syscall_check_sees_every_form_of_import() -> None:
+    source = (
+        "import os, fcntl\n"
+        "from ctypes import CDLL\n"
+        "def f():\n"
+        "    import ctypes.util\n"
+        "from . import fcntl_helpers\n"  # a module of ours, not the standard one
+        "import fcntlish\n"
+    )
+    assert list(syscall_imports(source)) == [("fcntl", 1), ("ctypes", 2), ("ctypes.util", 4)]
+
+
+def test_syscalls_live_in_the_host_package_only() -> None:
+    """No exception is listed: the last ones (``cleanup/deleter.py``'s tree lock and
+    ``jobs/supervise.py``'s ``prctl``) moved into ``janitor.host`` with issue 34, item 6."""
+    outside = {
+        name: lines
+        for name, path in MODULES.items()
+        if name != "janitor.host"
+        and not name.startswith("janitor.host.")
+        and (lines := list(syscall_imports(path.read_text())))
+    }
+    assert outside == {}
+
+
 #: Classes known to be longer, each with the issue that cuts it. Remove a line once it is fixed.
 LONG_CLASSES_KNOWN: set[tuple[str, str]] = set()
 

@@ -261,16 +261,16 @@ PATIENT_CHILD = textwrap.dedent(
 def test_a_successor_told_to_get_ready_takes_the_lock_without_the_go(tmp_path: Path) -> None:
     """After "ready" the next writer polls its predecessor's slot: it gets in the moment the
     slot is let go, with no "go" rung (here none is: the holder is this test, by hand)."""
-    import fcntl
     import socket
 
-    from janitor.ledger.writelock.fairqueue import _READY, _SLOTS, _range_lock
+    from janitor.host.ofdlock import lock_byte, unlock_byte
+    from janitor.ledger.writelock.fairqueue import _READY, _SLOTS
 
     path, out = tmp_path / "ledger.lock", tmp_path / "order"
     path.touch()
     fd = os.open(path, os.O_RDWR)  # ticket 0, held by hand
     os.pwrite(fd, (1).to_bytes(8, "little"), _COUNTER)
-    _range_lock(fd, fcntl.F_WRLCK, _SLOTS, wait=True)
+    lock_byte(fd, _SLOTS)
     waiter = subprocess.Popen([sys.executable, "-c", PATIENT_CHILD, str(path), str(out)])
     ringer = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     try:
@@ -285,7 +285,7 @@ def test_a_successor_told_to_get_ready_takes_the_lock_without_the_go(tmp_path: P
 
         _wait_for(rung)
         time.sleep(0.2)  # it is polling now; let it see the slot held a while
-        _range_lock(fd, fcntl.F_UNLCK, _SLOTS, wait=False)  # leave, ringing nothing
+        unlock_byte(fd, _SLOTS)  # leave, ringing nothing
         assert waiter.wait(30) == 0  # without the polling it would sleep a minute
         assert out.read_text().split() == ["waiter"]
     finally:

@@ -8,7 +8,6 @@ and never delete a file twice; the second one waits, scans afresh, and finds not
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,6 +25,7 @@ from janitor.cleanup.world import World, measure_volumes, plan_world, survey
 from janitor.config.policy import Policy, TreePolicy, trees_by_device
 from janitor.config.state_dir import access_error
 from janitor.errors import LedgerError
+from janitor.host.flock import lock_until
 from janitor.host.inuse import open_inodes, prepare_leases
 from janitor.ledger.db import Ledger
 
@@ -129,19 +129,8 @@ def tree_locks(state_dir: Path, names: Sequence[str], timeout: float = 600.0) ->
             except OSError as exc:
                 raise access_error(lock, exc, "open the tree lock") from None
             stack.callback(os.close, fd)
-            deadline = time.monotonic() + timeout
-            delay = 0.001
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise LedgerError(
-                            f"tree {name!r} stayed locked by another sweep for {timeout:g}s"
-                        ) from None
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.05)
+            if not lock_until(fd, time.monotonic() + timeout):
+                raise LedgerError(f"tree {name!r} stayed locked by another sweep for {timeout:g}s")
         yield
 
 

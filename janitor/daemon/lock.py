@@ -6,11 +6,11 @@ process, so a killed daemon leaves nothing that needs cleaning up before the nex
 
 from __future__ import annotations
 
-import fcntl
 import os
 from pathlib import Path
 
 from janitor.errors import EXIT_BAD_INPUT, JanitorError
+from janitor.host.flock import try_lock
 
 __all__ = ["DaemonRunning", "PidLock"]
 
@@ -34,8 +34,10 @@ class PidLock:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            taken = try_lock(fd)
         except OSError:
+            taken = False  # no lock to be had here (ENOLCK): as good as held
+        if not taken:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             raise DaemonRunning(

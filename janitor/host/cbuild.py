@@ -6,11 +6,21 @@ Mac with Homebrew (or Xcode's command line tools), like every Linux box with ``g
 compiler. :func:`compiler` finds one (``$CC`` first, then ``cc``, ``clang``, ``gcc`` on
 ``PATH``; on macOS only when ``xcode-select -p`` says the command line tools are there, since
 ``/usr/bin/cc`` is otherwise a stub that opens an install dialog); :func:`why_not` says why
-there is none. :func:`build` compiles one source file with every warning an error into
-``INTO/NAME-HASH``, the hash covering the source's bytes, the flags, the compiler and its
-version: an upgrade of either builds anew, an unchanged one is reused as it is. The binary
+there is none. :func:`build` compiles one program with every warning an error into
+``INTO/NAME-HASH``, the hash covering the program's files, the flags, the compiler and its
+version: a change to any of them builds anew, an unchanged build is reused as it is. The binary
 appears at once and whole (compiled beside it under a temporary name, then renamed), so two
 processes building at once both end with a working binary and a reader never runs half a file.
+
+A program is its main file and every file it includes with ``#include "..."``, found as the
+compiler finds them (beside the file that includes them), transitively: :func:`program_files`.
+The helpers share a small library, ``native/jlib`` (buffers, JSON, HTTP), which each one
+includes as source (``#include "jlib/buf.c"``): one translation unit, so the build stays one
+compiler command over one file, the compiler sees (and inlines) all of it as before the
+library was split out, and the files hashed are exactly the files compiled, with no list of
+them to keep in step. They are compiled from a copy of the bytes hashed, laid out as they are
+in the package, so a source edited during a build never gives a binary its name does not
+describe.
 
 This module knows nothing of our settings: the caller says where to build. It is light to
 import (the compiler's tools load when a build is asked for): :func:`usable`, the one check that
@@ -32,10 +42,12 @@ __all__ = [
     "BuildFailed",
     "Compiler",
     "NoCompiler",
+    "SourceFile",
     "build",
     "built_path",
     "compiler",
     "find_compiler",
+    "program_files",
     "usable",
     "why_not",
 ]
@@ -92,6 +104,63 @@ class BuildFailed(RuntimeError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """One file of a program: where it lies relative to the main file's folder (``guard.c``,
+    ``jlib/buf.h``), as the compiler is shown it, and its bytes as they were read."""
+
+    name: str
+    data: bytes
+
+
+def _quoted_includes(data: bytes) -> list[str]:
+    """The names of this file's ``#include "..."`` lines, in order (``#include <...>`` are the
+    system's). Every such line counts, even under an ``#if`` that leaves it out: a file hashed
+    in vain costs nothing, a file missed would leave a stale build."""
+    names = []
+    for line in data.decode("latin-1").splitlines():
+        text = line.lstrip()
+        if not text.startswith("#"):
+            continue
+        text = text[1:].lstrip()
+        if not text.startswith("include"):
+            continue
+        text = text[len("include") :].lstrip()
+        end = text.find('"', 1)
+        if text.startswith('"') and end > 1:
+            names.append(text[1:end])
+    return names
+
+
+def program_files(source: Path) -> tuple[SourceFile, ...]:
+    """``source`` and every file it includes with ``#include "..."``, theirs too, each once, in
+    the order first met. An include is looked for beside the file that names it, as the
+    compiler does first; one not there is left to the compiler (a system header, or an error
+    it reports). BuildFailed (one line) when a file cannot be read, or one names a file
+    outside the source's folder (it could not be compiled from a copy)."""
+    import posixpath
+
+    root = source.parent
+    order = [source.name]
+    found: dict[str, bytes] = {}
+    while len(found) < len(order):
+        name = order[len(found)]
+        try:
+            data = (root / name).read_bytes()
+        except OSError as exc:
+            raise BuildFailed(f"cannot read {root / name}: {exc.strerror or exc}") from None
+        found[name] = data
+        for included in _quoted_includes(data):
+            path = posixpath.normpath(posixpath.join(posixpath.dirname(name), included))
+            if path.startswith(("/", "../")) or path == "..":
+                raise BuildFailed(
+                    f"{name} includes {included}, outside {root}: keep a helper's files together"
+                )
+            if path not in order and (root / path).is_file():
+                order.append(path)
+    return tuple(SourceFile(name, data) for name, data in found.items())
 
 
 def _version(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
@@ -200,13 +269,13 @@ def why_not() -> str | None:
     return found.reason if isinstance(found, NoCompiler) else None
 
 
-def _digest(source: bytes, flags: Sequence[str], cc: Compiler) -> str:
+def _digest(files: Sequence[SourceFile], flags: Sequence[str], cc: Compiler) -> str:
     import hashlib
     import platform
 
     h = hashlib.sha256()
     for part in (
-        source,
+        *(piece for f in files for piece in (f.name.encode(), f.data)),
         "\0".join(flags).encode(),
         "\0".join(cc.argv).encode(),
         cc.version.encode(),
@@ -221,15 +290,15 @@ def built_path(
     source: Path, into: Path, name: str, *, flags: Sequence[str] = (), cc: Compiler | None = None
 ) -> Path | None:
     """Where :func:`build` puts (or finds) this build: ``INTO/NAME-HASH``; None without a
-    compiler or a readable source. Nothing is compiled."""
+    compiler or readable sources. Nothing is compiled."""
     cc = cc or compiler()
     if cc is None:
         return None
     try:
-        data = source.read_bytes()
-    except OSError:
+        files = program_files(source)
+    except BuildFailed:
         return None
-    return into / f"{name}-{_digest(data, (*BASE_FLAGS, *flags), cc)}"
+    return into / f"{name}-{_digest(files, (*BASE_FLAGS, *flags), cc)}"
 
 
 def usable(path: Path) -> bool:
@@ -265,13 +334,15 @@ def build(
     cc: Compiler | None = None,
     timeout: float = BUILD_TIMEOUT_S,
 ) -> Path:
-    """Compile ``source`` into ``INTO/NAME-HASH`` (see the module docstring) and return that
-    path; an existing build of the same hash is returned as it is. ``flags`` come after
-    :data:`BASE_FLAGS` (extra libraries: ``-lm``).
+    """Compile the program ``source`` (with the files it includes: :func:`program_files`) into
+    ``INTO/NAME-HASH`` (see the module docstring) and return that path; an existing build of
+    the same hash is returned as it is. ``flags`` come after :data:`BASE_FLAGS` (extra
+    libraries: ``-lm``).
 
-    BuildFailed (one line) when there is no compiler, the source cannot be read, the folder
+    BuildFailed (one line) when there is no compiler, a source cannot be read, the folder
     cannot be written or the compiler fails (its first error line).
     """
+    import shutil
     import subprocess
 
     cc = cc or compiler()
@@ -279,12 +350,9 @@ def build(
         raise BuildFailed(why_not() or "no C compiler")
     if os.sep in name or not name or name.startswith("."):
         raise BuildFailed(f"bad helper name {name!r}")
-    try:
-        data = source.read_bytes()
-    except OSError as exc:
-        raise BuildFailed(f"cannot read {source}: {exc.strerror or exc}") from None
+    files = program_files(source)
     all_flags = (*BASE_FLAGS, *flags)
-    target = into / f"{name}-{_digest(data, all_flags, cc)}"
+    target = into / f"{name}-{_digest(files, all_flags, cc)}"
     if usable(target):
         return target
     try:
@@ -294,14 +362,17 @@ def build(
     compile_flags = [f for f in all_flags if not f.startswith("-l")]
     link_flags = [f for f in all_flags if f.startswith("-l")]  # after the source, for every ld
     tmp = into / f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    # Compiled from a copy of the bytes hashed, so the binary is what the name says even if
-    # the source changes while we build.
-    src_copy = into / f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.c"
+    # Compiled from a copy of the bytes hashed, laid out as in the package, so the binary is
+    # what the name says even if a source changes while we build.
+    copy = into / f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.src"
     try:
         try:
-            src_copy.write_bytes(data)
+            for f in files:
+                (copy / f.name).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                (copy / f.name).write_bytes(f.data)
+            main = copy / files[0].name
             done = subprocess.run(
-                [*cc.argv, *compile_flags, "-o", str(tmp), str(src_copy), *link_flags],
+                [*cc.argv, *compile_flags, "-o", str(tmp), str(main), *link_flags],
                 capture_output=True,
                 text=True,
                 errors="replace",
@@ -313,7 +384,7 @@ def build(
         except OSError as exc:
             raise BuildFailed(f"cannot build {name}: {exc.strerror or exc}") from None
         if done.returncode != 0:
-            said = _first_error(done.stderr.replace(str(src_copy), source.name), done.returncode)
+            said = _first_error(done.stderr.replace(f"{copy}{os.sep}", ""), done.returncode)
             raise BuildFailed(f"{name}: {said}")
         try:
             os.chmod(tmp, 0o755)
@@ -321,9 +392,9 @@ def build(
         except OSError as exc:
             raise BuildFailed(f"cannot install {target}: {exc.strerror or exc}") from None
     finally:
-        for leftover in (tmp, src_copy):
-            try:
-                leftover.unlink()
-            except OSError:
-                pass
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        shutil.rmtree(copy, ignore_errors=True)
     return target

@@ -9,7 +9,8 @@ with threads and plain ``fstatat``; it uses only POSIX.1-2008 calls (``openat``,
 
 It is built where it runs, with the machine's own compiler (``janitor.host.cbuild``), into a
 folder the caller names (``janitor.config.paths.native_dir``), once per version of its source:
-a link ``sizewalk-src-HASH`` (HASH of the source's bytes and the platform) names the build,
+a link ``sizewalk-src-HASH`` (HASH of the bytes of ``sizewalk.c`` and the ``jlib`` files it
+includes, and the platform) names the build,
 so finding it again costs a hash and a ``readlink``, never asking the compiler. A build that
 fails leaves ``sizewalk-src-HASH.failed`` holding why, and is not tried again for a day (else
 every run would pay for a failing compiler); the Python walk measures meanwhile, silently
@@ -66,18 +67,26 @@ Raw = tuple[
 
 
 def _key() -> str | None:
+    """This source's key, without asking for a compiler: the bytes of every file the walker is
+    built from (``sizewalk.c`` and the ``jlib`` files it includes), and the machine."""
+    from janitor.host.cbuild import BuildFailed, program_files  # light, as below
+
     try:
-        data = SOURCE.read_bytes()
-    except OSError:
+        files = program_files(SOURCE)
+    except BuildFailed:
         return None
     try:  # hashlib's own, without importing all of hashlib (start-up time)
         from _sha256 import sha256  # type: ignore[import-not-found]
     except ImportError:  # Python 3.12 and later: _sha2
         from hashlib import sha256
 
+    h = sha256()
+    for f in files:
+        for part in (f.name.encode(), f.data):
+            h.update(len(part).to_bytes(8, "little") + part)
     # The machine too: a home shared by an Intel and an ARM Mac holds a build for each.
-    where = f"\0{sys.platform}\0{os.uname().machine}".encode()
-    digest: str = sha256(data + where).hexdigest()
+    h.update(f"\0{sys.platform}\0{os.uname().machine}".encode())
+    digest: str = h.hexdigest()
     return digest[:16]
 
 

@@ -36,16 +36,13 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,6 +53,13 @@
 #include <mach-o/dyld.h>
 #endif
 
+/* jlib, the library both our C programs share, compiled in with this file: one translation
+ * unit, one compiler command (janitor/host/cbuild.py hashes every file included here). */
+#include "jlib/buf.c"
+#include "jlib/clock.c"
+#include "jlib/http.c"
+#include "jlib/json.c"
+
 extern char **environ;
 
 #define GUARD_MARK "# space-janitor guard"
@@ -65,12 +69,10 @@ extern char **environ;
 #define MARGIN 0.05
 #define SLACK (256.0 * 1024.0)
 #define STOP_GRACE_MS 5000
-#define CONNECT_MS 2000
 #define CALL_MS_DEFAULT 60000
 #define PROBE_MS 10000
 #define RISK_MS 5000
 #define RELEASE_MS 10000
-#define MAX_ANSWER (1 << 20)
 #define MAX_REQUEST (8 << 20)
 #define MAX_SIDECAR (256 << 10)
 #define LOG_ROTATE (1 << 20)
@@ -98,71 +100,6 @@ static const char *const CALL_ENV[] = {
     "JANITOR_JOB", "JANITOR_RUN", "JANITOR_POLICY", "JANITOR_CACHE_DIR", "JANITOR_GUARD_WAIT_S",
     NULL,
 };
-
-/* ---- growable buffers ------------------------------------------------------------------ */
-
-struct buf {
-    char *p;
-    size_t len, cap;
-    int failed; /* an allocation failed: the content is incomplete */
-};
-
-static void buf_add(struct buf *b, const char *s, size_t n) {
-    if (b->failed) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) {
-            if (cap > SIZE_MAX / 2) { b->failed = 1; return; }
-            cap *= 2;
-        }
-        char *p = realloc(b->p, cap);
-        if (p == NULL) { b->failed = 1; return; }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void buf_str(struct buf *b, const char *s) { buf_add(b, s, strlen(s)); }
-
-static void buf_fmt(struct buf *b, const char *fmt, ...) {
-    char small[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, ap);
-    va_end(ap);
-    if (n < 0) { b->failed = 1; return; }
-    if ((size_t)n < sizeof small) { buf_add(b, small, (size_t)n); return; }
-    char *big = malloc((size_t)n + 1);
-    if (big == NULL) { b->failed = 1; return; }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    buf_add(b, big, (size_t)n);
-    free(big);
-}
-
-static void buf_free(struct buf *b) {
-    free(b->p);
-    b->p = NULL;
-    b->len = b->cap = 0;
-    b->failed = 0;
-}
-
-/* ---- time ------------------------------------------------------------------------------ */
-
-static int64_t now_ms(void) {
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return 0;
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-}
 
 /* ---- what we say: stderr and guard.log ------------------------------------------------- */
 
@@ -294,16 +231,8 @@ static char *read_file(const char *path, size_t max, size_t *len) {
     return data;
 }
 
-/* Where `needle` first is in the n bytes at `hay` (which may hold NULs), or NULL. */
-static const char *find(const char *hay, size_t n, const char *needle) {
-    size_t m = strlen(needle);
-    for (size_t i = 0; m <= n && i <= n - m; i++)
-        if (memcmp(hay + i, needle, m) == 0) return hay + i;
-    return NULL;
-}
-
 static int contains(const char *hay, size_t n, const char *needle) {
-    return find(hay, n, needle) != NULL;
+    return mem_find(hay, n, needle) != NULL;
 }
 
 static int has_mark(const char *path) {
@@ -446,418 +375,14 @@ static void read_settings(const char *self, struct settings *s) {
     free(text);
 }
 
-/* ---- JSON: what the daemon answers, read strictly -------------------------------------- */
+/* ---- the daemon: HTTP on its socket (jlib/http.c) ------------------------------------- */
 
-struct js {
-    const char *p, *end;
-};
+static const char *g_socket; /* JANITOR_RUNTIME_DIR's janitor.sock, else the settings' socket */
 
-static const char *skip_ws(const char *p, const char *end) {
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
-    return p;
-}
-
-/* The end of the JSON value at p (validated), or NULL. */
-static const char *skip_value(const char *p, const char *end, int depth) {
-    if (depth > 64) return NULL;
-    p = skip_ws(p, end);
-    if (p >= end) return NULL;
-    if (*p == '{' || *p == '[') {
-        char close = *p == '{' ? '}' : ']';
-        int object = *p == '{';
-        p = skip_ws(p + 1, end);
-        if (p < end && *p == close) return p + 1;
-        for (;;) {
-            if (object) {
-                p = skip_ws(p, end);
-                if (p >= end || *p != '"') return NULL;
-                p = skip_value(p, end, depth + 1);
-                if (p == NULL) return NULL;
-                p = skip_ws(p, end);
-                if (p >= end || *p != ':') return NULL;
-                p++;
-            }
-            p = skip_value(p, end, depth + 1);
-            if (p == NULL) return NULL;
-            p = skip_ws(p, end);
-            if (p >= end) return NULL;
-            if (*p == close) return p + 1;
-            if (*p != ',') return NULL;
-            p++;
-        }
-    }
-    if (*p == '"') {
-        for (p++; p < end; p++) {
-            unsigned char c = (unsigned char)*p;
-            if (c == '"') return p + 1;
-            if (c < 0x20) return NULL;
-            if (c == '\\') {
-                if (++p >= end) return NULL;
-                if (*p == 'u') {
-                    for (int i = 1; i <= 4; i++)
-                        if (p + i >= end || !strchr("0123456789abcdefABCDEF", p[i]) || !p[i])
-                            return NULL;
-                    p += 4;
-                } else if (!strchr("\"\\/bfnrt", *p) || !*p) {
-                    return NULL;
-                }
-            }
-        }
-        return NULL;
-    }
-    static const char *const words[] = {"true", "false", "null"};
-    for (int i = 0; i < 3; i++) {
-        size_t n = strlen(words[i]);
-        if ((size_t)(end - p) >= n && memcmp(p, words[i], n) == 0) return p + n;
-    }
-    const char *start = p;
-    if (p < end && *p == '-') p++;
-    while (p < end && strchr("0123456789.eE+-", *p) && *p) p++;
-    return p > start ? p : NULL;
-}
-
-static int hex4(const char *p) {
-    int v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        v = v * 16 + (c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                                                          : c - 'A' + 10);
-    }
-    return v;
-}
-
-static void put_utf8(struct buf *b, unsigned cp) {
-    char o[4];
-    size_t n;
-    if (cp < 0x80) { o[0] = (char)cp; n = 1; }
-    else if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
-    else if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F)); n = 3;
-    } else {
-        o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F)); n = 4;
-    }
-    buf_add(b, o, n);
-}
-
-/* The string at p (a validated value), decoded; NULL if it is not a string (or is null). */
-static char *json_string(const char *p, const char *end) {
-    p = skip_ws(p, end);
-    if (p >= end || *p != '"') return NULL;
-    struct buf b = {0};
-    buf_add(&b, "", 0);
-    for (p++; p < end && *p != '"'; p++) {
-        if (*p != '\\') { buf_add(&b, p, 1); continue; }
-        p++;
-        switch (*p) {
-        case 'b': buf_add(&b, "\b", 1); break;
-        case 'f': buf_add(&b, "\f", 1); break;
-        case 'n': buf_add(&b, "\n", 1); break;
-        case 'r': buf_add(&b, "\r", 1); break;
-        case 't': buf_add(&b, "\t", 1); break;
-        case 'u': {
-            unsigned cp = (unsigned)hex4(p + 1);
-            p += 4;
-            if (cp >= 0xD800 && cp < 0xDC00 && end - p > 6 && p[1] == '\\' && p[2] == 'u') {
-                unsigned low = (unsigned)hex4(p + 3);
-                if (low >= 0xDC00 && low < 0xE000) {
-                    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-                    p += 6;
-                }
-            }
-            if (cp == 0 || (cp >= 0xD800 && cp < 0xE000)) { buf_free(&b); return NULL; }
-            put_utf8(&b, cp);
-            break;
-        }
-        default: buf_add(&b, p, 1); break; /* " \ / */
-        }
-    }
-    if (b.failed) { buf_free(&b); return NULL; }
-    return b.p;
-}
-
-/* The value of `key` in the object at p, or NULL. */
-static const char *json_get(const char *p, const char *end, const char *key) {
-    p = skip_ws(p, end);
-    if (p >= end || *p != '{') return NULL;
-    p = skip_ws(p + 1, end);
-    if (p < end && *p == '}') return NULL;
-    for (;;) {
-        const char *kend = skip_value(p, end, 1);
-        if (kend == NULL) return NULL;
-        char *name = json_string(p, kend);
-        p = skip_ws(kend, end);
-        if (p >= end || *p != ':') { free(name); return NULL; }
-        const char *value = skip_ws(p + 1, end);
-        int hit = name != NULL && strcmp(name, key) == 0;
-        free(name);
-        if (hit) return value;
-        p = skip_value(value, end, 1);
-        if (p == NULL) return NULL;
-        p = skip_ws(p, end);
-        if (p >= end || *p != ',') return NULL;
-        p = skip_ws(p + 1, end);
-    }
-}
-
-static char *json_get_string(const char *p, const char *end, const char *key) {
-    const char *v = json_get(p, end, key);
-    return v ? json_string(v, end) : NULL;
-}
-
-static int json_get_bool(const char *p, const char *end, const char *key) {
-    const char *v = json_get(p, end, key);
-    return v != NULL && (size_t)(end - v) >= 4 && memcmp(v, "true", 4) == 0;
-}
-
-/* A number of `key`; 0 when it is there and a number, else -1. */
-static int json_get_number(const char *p, const char *end, const char *key, double *out) {
-    const char *v = json_get(p, end, key);
-    if (v == NULL) return -1;
-    const char *e = skip_value(v, end, 1);
-    if (e == NULL || e - v >= 40 || !(*v == '-' || (*v >= '0' && *v <= '9'))) return -1;
-    char tmp[48];
-    memcpy(tmp, v, (size_t)(e - v));
-    tmp[e - v] = '\0';
-    char *stop;
-    errno = 0;
-    *out = strtod(tmp, &stop);
-    return *stop == '\0' && errno == 0 ? 0 : -1;
-}
-
-/* ---- JSON: what we send ---------------------------------------------------------------- */
-
-/* Strict UTF-8 (what the daemon's JSON reader takes): no overlong forms, no surrogates. */
-static int valid_utf8(const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    while (*p) {
-        unsigned c = *p, need, cp;
-        if (c < 0x80) { p++; continue; }
-        if (c >= 0xC2 && c <= 0xDF) { need = 1; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) { need = 2; cp = c & 0x0F; }
-        else if (c >= 0xF0 && c <= 0xF4) { need = 3; cp = c & 0x07; }
-        else return 0;
-        for (unsigned i = 1; i <= need; i++) {
-            if ((p[i] & 0xC0) != 0x80) return 0;
-            cp = cp << 6 | (p[i] & 0x3F);
-        }
-        if ((need == 2 && cp < 0x800) || (need == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-            (cp >= 0xD800 && cp < 0xE000))
-            return 0;
-        p += need + 1;
-    }
-    return 1;
-}
-
-static void json_put_string(struct buf *b, const char *s) {
-    buf_add(b, "\"", 1);
-    for (const char *p = s; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c == '"' || c == '\\') { buf_add(b, "\\", 1); buf_add(b, p, 1); }
-        else if (c < 0x20) buf_fmt(b, "\\u%04x", c);
-        else buf_add(b, p, 1);
-    }
-    buf_add(b, "\"", 1);
-}
-
-/* ---- HTTP on the daemon's socket ------------------------------------------------------- */
-
-static const char *g_socket;
-
-struct answer {
-    int status;
-    struct buf body;
-};
-
-static int set_flags(int fd) {
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) return -1;
-    if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) return -1;
-#ifdef SO_NOSIGPIPE
-    int one = 1;
-    if (setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one) != 0) return -1;
-#endif
-    return 0;
-}
-
-#ifdef MSG_NOSIGNAL
-#define SEND_FLAGS MSG_NOSIGNAL
-#else
-#define SEND_FLAGS 0
-#endif
-
-/* Wait until fd is ready for `events` or the deadline passes: 1 ready, 0 timed out. */
-static int wait_fd(int fd, short events, int64_t deadline) {
-    for (;;) {
-        int64_t left = deadline - now_ms();
-        if (left <= 0) return 0;
-        struct pollfd pfd = {fd, events, 0};
-        int r = poll(&pfd, 1, left > INT_MAX ? INT_MAX : (int)left);
-        if (r > 0) return 1;
-        if (r < 0 && errno != EINTR) return -1;
-    }
-}
-
-/* A connected socket, or -1 with `why` set. */
-static int connect_daemon(int64_t deadline, struct buf *why) {
-    struct sockaddr_un sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sun_family = AF_UNIX;
-    if (g_socket == NULL || strlen(g_socket) >= sizeof sa.sun_path) {
-        buf_fmt(why, "no daemon socket (%s)", g_socket ? "its path is too long" : "not set");
-        return -1;
-    }
-    strcpy(sa.sun_path, g_socket);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (fd < 0 || set_flags(fd) != 0) {
-        buf_fmt(why, "cannot open a socket: %s", strerror(errno));
-        if (fd >= 0) (void)close(fd);
-        return -1;
-    }
-    for (;;) {
-        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) return fd;
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN && now_ms() < deadline) { sleep_ms(5); continue; } /* backlog full */
-        if (errno == EINPROGRESS) {
-            int err = 0;
-            socklen_t len = sizeof err;
-            if (wait_fd(fd, POLLOUT, deadline) == 1 &&
-                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
-                return fd;
-            errno = err ? err : ETIMEDOUT;
-        }
-        buf_fmt(why, "no daemon answers at %s (%s)", g_socket, strerror(errno));
-        (void)close(fd);
-        return -1;
-    }
-}
-
-static int send_all(int fd, const char *data, size_t len, int64_t deadline) {
-    size_t off = 0;
-    while (off < len) {
-        ssize_t n = send(fd, data + off, len - off, SEND_FLAGS);
-        if (n > 0) { off += (size_t)n; continue; }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (wait_fd(fd, POLLOUT, deadline) != 1) return -1;
-            continue;
-        }
-        return -1;
-    }
-    return 0;
-}
-
-static void request_text(struct buf *req, const char *method, const char *url, const char *body,
-                         int close_after) {
-    size_t blen = body ? strlen(body) : 0;
-    buf_fmt(req,
-            "%s %s HTTP/1.1\r\nhost: janitor\r\ncontent-type: application/json\r\n"
-            "content-length: %zu\r\n%s\r\n",
-            method, url, blen, close_after ? "connection: close\r\n" : "");
-    if (body) buf_add(req, body, blen);
-}
-
-/* Case-insensitive prefix match of a header line. */
-static int header_is(const char *line, const char *name) {
-    size_t n = strlen(name);
-    for (size_t i = 0; i < n; i++) {
-        char c = line[i];
-        if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
-        if (c != name[i]) return 0;
-    }
-    return 1;
-}
-
-/* One request, one answer, on a connection of its own. 0 with `ans` filled, or -1 with `why`
- * set (no daemon, a broken or late answer). */
+/* One request to the daemon, one answer: see http_call. */
 static int http(const char *method, const char *url, const char *body, int timeout_ms,
-                struct answer *ans, struct buf *why) {
-    int64_t deadline = now_ms() + timeout_ms;
-    memset(ans, 0, sizeof *ans);
-    int fd = connect_daemon(now_ms() + (timeout_ms < CONNECT_MS ? timeout_ms : CONNECT_MS), why);
-    if (fd < 0) return -1;
-    struct buf req = {0}, in = {0};
-    request_text(&req, method, url, body, 1);
-    int rc = -1;
-    if (req.failed || send_all(fd, req.p, req.len, deadline) != 0) {
-        buf_fmt(why, "cannot send to the daemon at %s (%s)", g_socket, strerror(errno));
-        goto out;
-    }
-    size_t head = 0, want = 0;
-    int have_length = 0;
-    for (;;) {
-        char chunk[65536];
-        ssize_t n = recv(fd, chunk, sizeof chunk, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int ready = wait_fd(fd, POLLIN, deadline);
-            if (ready == 1) continue;
-            buf_fmt(why, "the daemon at %s did not answer within %d s", g_socket,
-                    timeout_ms / 1000);
-            goto out;
-        }
-        if (n < 0) {
-            buf_fmt(why, "reading the daemon's answer: %s", strerror(errno));
-            goto out;
-        }
-        if (n > 0) buf_add(&in, chunk, (size_t)n);
-        if (in.failed || in.len > MAX_ANSWER) {
-            buf_str(why, "the daemon's answer is too large");
-            goto out;
-        }
-        if (head == 0 && in.len > 0) {
-            char *sep = (char *)find(in.p, in.len, "\r\n\r\n");
-            if (sep != NULL) {
-                head = (size_t)(sep - in.p) + 4;
-                *sep = '\0';
-                if (memchr(in.p, '\0', (size_t)(sep - in.p)) != NULL) {
-                    buf_str(why, "the daemon answered something that is not HTTP");
-                    goto out;
-                }
-                int status = 0;
-                if (sscanf(in.p, "HTTP/1.%*1d %3d", &status) != 1 || status < 100 ||
-                    status > 599) {
-                    buf_str(why, "the daemon answered something that is not HTTP");
-                    goto out;
-                }
-                ans->status = status;
-                for (char *line = strstr(in.p, "\r\n"); line != NULL;
-                     line = strstr(line + 2, "\r\n")) {
-                    const char *h = line + 2;
-                    if (header_is(h, "content-length:")) {
-                        char *stop;
-                        unsigned long long v = strtoull(h + 15, &stop, 10);
-                        if (v > MAX_ANSWER) {
-                            buf_str(why, "the daemon's answer is too large");
-                            goto out;
-                        }
-                        want = (size_t)v;
-                        have_length = 1;
-                    } else if (header_is(h, "transfer-encoding:")) {
-                        buf_str(why, "the daemon answered in chunks");
-                        goto out;
-                    }
-                }
-                *sep = '\r';
-            }
-        }
-        if (head != 0 && have_length && in.len >= head + want) break;
-        if (n == 0) {
-            if (head != 0 && !have_length) { want = in.len - head; break; }
-            buf_fmt(why, "the daemon at %s closed the connection mid-answer", g_socket);
-            goto out;
-        }
-    }
-    buf_add(&ans->body, in.p + head, want);
-    if (ans->body.failed) { buf_str(why, "out of memory"); goto out; }
-    rc = 0;
-out:
-    (void)close(fd);
-    buf_free(&req);
-    buf_free(&in);
-    if (rc != 0) buf_free(&ans->body);
-    return rc;
+                struct http_answer *ans, struct buf *why) {
+    return http_call(g_socket, method, url, body, timeout_ms, ans, why);
 }
 
 /* ---- handing over ---------------------------------------------------------------------- */
@@ -1182,26 +707,16 @@ static int touched(const struct held *h, off_t *size) {
     return !(h->existed && ino == h->ino && mt == h->mtime_ns);
 }
 
-static void url_escape(struct buf *b, const char *s) {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-            strchr("-._~", *p))
-            buf_add(b, (const char *)p, 1);
-        else
-            buf_fmt(b, "%%%02X", *p);
-    }
-}
-
 /* Why the reservation behind `h` is at risk (the daemon's words), or NULL. */
 static char *at_risk(const struct held *h) {
     struct buf url = {0}, why = {0};
-    struct answer ans;
+    struct http_answer ans;
     char *reason = NULL;
     buf_str(&url, "/v1/reservations/");
-    url_escape(&url, h->rid);
+    http_url_escape(&url, h->rid);
     if (!url.failed && http("GET", url.p, NULL, RISK_MS, &ans, &why) == 0) {
         const char *end = ans.body.p + ans.body.len;
-        if (ans.status == 200 && skip_value(ans.body.p, end, 0) != NULL)
+        if (ans.status == 200 && json_skip_value(ans.body.p, end, 0) != NULL)
             reason = json_get_string(ans.body.p, end, "at_risk");
         buf_free(&ans.body);
     }
@@ -1306,10 +821,10 @@ static int asks_only_for_information(void) {
  * (with `why`) when a word is not UTF-8 text. */
 static char *call_body(const char *cwd, const char *const *names, struct buf *why) {
     struct buf b = {0};
-    if (!valid_utf8(cwd)) { buf_str(why, "its folder's name is not UTF-8"); return NULL; }
+    if (!json_valid_utf8(cwd)) { buf_str(why, "its folder's name is not UTF-8"); return NULL; }
     buf_str(&b, "{\"args\":[");
     for (int i = 0; i < g_nargs; i++) {
-        if (!valid_utf8(g_args[i])) {
+        if (!json_valid_utf8(g_args[i])) {
             buf_free(&b);
             buf_fmt(why, "argument %d is not UTF-8", i + 1);
             return NULL;
@@ -1329,7 +844,7 @@ static char *call_body(const char *cwd, const char *const *names, struct buf *wh
     for (int i = 0; names[i]; i++) {
         const char *v = getenv(names[i]);
         if (v == NULL) continue;
-        if (!valid_utf8(v)) {
+        if (!json_valid_utf8(v)) {
             buf_free(&b);
             buf_fmt(why, "%s is not UTF-8", names[i]);
             return NULL;
@@ -1345,7 +860,7 @@ static char *call_body(const char *cwd, const char *const *names, struct buf *wh
     const char *values[] = {g_set.policy, g_set.cache_dir, g_set.wait_s};
     first = 1;
     for (int i = 0; i < 3; i++) {
-        if (values[i] == NULL || !valid_utf8(values[i])) continue;
+        if (values[i] == NULL || !json_valid_utf8(values[i])) continue;
         if (!first) buf_add(&b, ",", 1);
         first = 0;
         json_put_string(&b, keys[i]);
@@ -1372,11 +887,11 @@ static int call_timeout_ms(void) {
 }
 
 /* A verdict we understand: its action, else NULL (then the Python guard takes the call). */
-static char *understood(const struct answer *ans, struct buf *why) {
+static char *understood(const struct http_answer *ans, struct buf *why) {
     const char *p = ans->body.p, *end = p + ans->body.len;
-    const char *stop = p ? skip_value(p, end, 0) : NULL;
+    const char *stop = p ? json_skip_value(p, end, 0) : NULL;
     char *action = NULL;
-    if (stop != NULL && skip_ws(stop, end) == end) action = json_get_string(p, end, "action");
+    if (stop != NULL && json_skip_ws(stop, end) == end) action = json_get_string(p, end, "action");
     int known = action != NULL &&
                 ((ans->status == 200 && (!strcmp(action, "exec") || !strcmp(action, "run"))) ||
                  (ans->status == 202 && !strcmp(action, "wait")) ||
@@ -1397,10 +912,10 @@ static int read_writes(const char *p, const char *end, struct held **out, int *n
     *out = NULL;
     *n = 0;
     if (list == NULL || *list != '[') return -1;
-    const char *q = skip_ws(list + 1, end);
+    const char *q = json_skip_ws(list + 1, end);
     int cap = 0;
     while (q < end && *q != ']') {
-        const char *e = skip_value(q, end, 1);
+        const char *e = json_skip_value(q, end, 1);
         if (e == NULL || *q != '{') return -1;
         if (*n == cap) {
             cap = cap ? cap * 2 : 4;
@@ -1421,8 +936,8 @@ static int read_writes(const char *p, const char *end, struct held **out, int *n
             return -1;
         }
         (*n)++;
-        q = skip_ws(e, end);
-        if (q < end && *q == ',') q = skip_ws(q + 1, end);
+        q = json_skip_ws(e, end);
+        if (q < end && *q == ',') q = json_skip_ws(q + 1, end);
     }
     return 0;
 }
@@ -1445,16 +960,17 @@ static void cover(const struct held *w, int nw, pid_t pid, int *fd_out) {
         if (w[i].pooled) continue;
         struct buf url = {0}, body = {0};
         buf_str(&url, "/v1/reservations/");
-        url_escape(&url, w[i].rid);
+        http_url_escape(&url, w[i].rid);
         buf_str(&url, "/cover");
         buf_fmt(&body, "{\"pid\":%ld}", (long)pid);
-        if (!url.failed && !body.failed) request_text(&req, "POST", url.p, body.p, 0);
+        if (!url.failed && !body.failed) http_request_text(&req, "POST", url.p, body.p, 0);
         buf_free(&url);
         buf_free(&body);
     }
     if (req.len > 0 && !req.failed) {
-        int fd = connect_daemon(now_ms() + CONNECT_MS, &why);
-        if (fd >= 0 && send_all(fd, req.p, req.len, now_ms() + CONNECT_MS) == 0) *fd_out = fd;
+        int fd = http_connect(g_socket, now_ms() + HTTP_CONNECT_MS, &why);
+        int sent = fd >= 0 && http_send_all(fd, req.p, req.len, now_ms() + HTTP_CONNECT_MS) == 0;
+        if (sent) *fd_out = fd;
         else if (fd >= 0) (void)close(fd);
     }
     buf_free(&req);
@@ -1479,7 +995,7 @@ static int finish(int status) {
  * the Python guard, which holds it anew, or fails. */
 static void release_granted(const char *release, const char *release_end) {
     struct buf body = {0}, why = {0};
-    struct answer ans;
+    struct http_answer ans;
     buf_add(&body, release, (size_t)(release_end - release));
     if (!body.failed && http("POST", "/v1/guard/release", body.p, RELEASE_MS, &ans, &why) == 0)
         buf_free(&ans.body);
@@ -1491,7 +1007,7 @@ static int run(const char *p, const char *end, const sigset_t *given_mask) {
     struct held *w = NULL;
     int nw = 0;
     const char *release = json_get(p, end, "release");
-    const char *release_end = release ? skip_value(release, end, 1) : NULL;
+    const char *release_end = release ? json_skip_value(release, end, 1) : NULL;
     if (release == NULL || release_end == NULL || *release != '{')
         hand_over("the daemon's answer has no release");
     if (read_writes(p, end, &w, &nw) != 0) {
@@ -1583,12 +1099,12 @@ static int run(const char *p, const char *end, const sigset_t *given_mask) {
     struct buf body = {0}, why = {0};
     int nwritten = 0;
     buf_add(&body, release, (size_t)(release_end - release - 1)); /* without its "}" */
-    const char *inner = skip_ws(release + 1, release_end);
+    const char *inner = json_skip_ws(release + 1, release_end);
     buf_str(&body, *inner == '}' ? "\"written\":[" : ",\"written\":[");
     for (int i = 0; i < nw; i++) {
         off_t size = 0;
         if (w[i].existed < 0 || !touched(&w[i], &size)) continue;
-        if (!valid_utf8(w[i].output)) continue;
+        if (!json_valid_utf8(w[i].output)) continue;
         if (nwritten++) buf_add(&body, ",", 1);
         buf_str(&body, "{\"path\":");
         json_put_string(&body, w[i].output);
@@ -1596,7 +1112,7 @@ static int run(const char *p, const char *end, const sigset_t *given_mask) {
     }
     buf_str(&body, "]}");
     if ((holds || nwritten) && !body.failed) {
-        struct answer ans;
+        struct http_answer ans;
         if (http("POST", "/v1/guard/release", body.p, RELEASE_MS, &ans, &why) == 0)
             buf_free(&ans.body);
         /* else: ended with us, the owner, once we exit */
@@ -1627,13 +1143,13 @@ static _Noreturn void probe(const char *cwd) {
     struct buf why = {0};
     char *body = call_body(cwd, PROBE_ENV, &why);
     if (body == NULL) hand_over(why.p);
-    struct answer ans;
+    struct http_answer ans;
     if (http("POST", "/v1/guard/probe", body, PROBE_MS, &ans, &why) != 0) hand_over(why.p);
     free(body);
     const char *p = ans.body.p, *end = p + ans.body.len;
-    const char *stop = p ? skip_value(p, end, 0) : NULL;
+    const char *stop = p ? json_skip_value(p, end, 0) : NULL;
     char *action = NULL;
-    if (stop != NULL && skip_ws(stop, end) == end) action = json_get_string(p, end, "action");
+    if (stop != NULL && json_skip_ws(stop, end) == end) action = json_get_string(p, end, "action");
     if (action != NULL && ans.status == 200 && !strcmp(action, "exec")) {
         tell(p, end);
         exec_real();
@@ -1682,7 +1198,7 @@ int main(int argc, char **argv) {
     if (!strcmp(g_name, "ffprobe")) probe(cwd);
     char *body = call_body(cwd, CALL_ENV, &why);
     if (body == NULL) hand_over(why.p);
-    struct answer ans;
+    struct http_answer ans;
     if (http("POST", "/v1/guard/call", body, call_timeout_ms(), &ans, &why) != 0)
         hand_over(why.p);
     free(body);

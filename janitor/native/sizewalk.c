@@ -54,6 +54,10 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+/* jlib, the library both our C programs share, compiled in with this file: one translation
+ * unit, one compiler command (janitor/host/cbuild.py hashes every file included here). */
+#include "jlib/buf.c"
+
 #define MAGIC "sizewalk1"
 #define DIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
 #define CHAIN_FDS 32    /* folders of one walk kept open below its top */
@@ -73,12 +77,9 @@ enum { E_INPUT = 2, E_MEMORY = 3, E_OUTPUT = 4 };
 
 static _Noreturn void die(int code) { _exit(code); }
 
-/* ---- growable byte buffers -------------------------------------------------------------- */
+/* ---- growable byte buffers (jlib/buf.c): out of memory is the end ---------------------- */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-} buf;
+typedef struct buf buf;
 
 static void *xrealloc(void *p, size_t n) {
     void *q = realloc(p, n ? n : 1);
@@ -95,25 +96,14 @@ static void *xcalloc(size_t n, size_t size) {
 }
 
 static void grow(buf *b, size_t more) {
-    if (more > SIZE_MAX - b->len)
+    if (buf_reserve(b, more) != 0)
         die(E_MEMORY);
-    if (b->len + more <= b->cap)
-        return;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + more) {
-        if (cap > SIZE_MAX / 2)
-            die(E_MEMORY);
-        cap *= 2;
-    }
-    b->p = xrealloc(b->p, cap);
-    b->cap = cap;
 }
 
 static void put(buf *b, const void *src, size_t n) {
-    grow(b, n);
-    if (n)
-        memcpy(b->p + b->len, src, n);
-    b->len += n;
+    buf_add(b, src, n);
+    if (b->failed)
+        die(E_MEMORY);
 }
 
 static void put_str(buf *b, const char *s) { put(b, s, strlen(s) + 1); }
@@ -926,7 +916,7 @@ static void write_all(int fd, const char *p, size_t n) {
 static void read_all(int fd, buf *in) {
     for (;;) {
         grow(in, 65536);
-        ssize_t k = read(fd, in->p + in->len, in->cap - in->len);
+        ssize_t k = read(fd, in->p + in->len, in->cap - in->len - 1); /* the last for a NUL */
         if (k < 0) {
             if (errno == EINTR)
                 continue;
@@ -935,6 +925,7 @@ static void read_all(int fd, buf *in) {
         if (k == 0)
             return;
         in->len += (size_t)k;
+        in->p[in->len] = '\0';
     }
 }
 

@@ -10,9 +10,10 @@ wait until the file is gone.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from abc import ABC, abstractmethod
+
+from janitor.host.flock import try_lock
 
 __all__ = ["DELETER_FDS", "InUse", "lock_held"]
 
@@ -28,12 +29,11 @@ def lock_held(name: str, dir_fd: int | None = None) -> bool:
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return not try_lock(fd)
     except OSError:
         return True
     finally:
         os.close(fd)  # closing drops our probe lock
-    return False
 
 
 class InUse(ABC):

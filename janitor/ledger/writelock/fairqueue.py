@@ -3,7 +3,8 @@
 A plain ``flock`` is unfair under load: on unlock every waiter is woken and whichever process
 happens to be on a CPU wins, so the process that just released usually takes it again and a
 few unlucky ones wait tens of milliseconds. This backend therefore queues writers first, like a
-ticket lock built from open-file-description (OFD) byte-range locks on the lock file:
+ticket lock built from open-file-description (OFD) byte-range locks on the lock file
+(``janitor.host.ofdlock``):
 
 * a writer takes a ticket ``t`` (a counter in the file, read and bumped under a lock on byte 0)
   and locks slot byte ``t`` before it lets go of byte 0;
@@ -37,25 +38,20 @@ go. Only the one next in line polls, for about one turn.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import socket
-import struct
 import threading
 import time
 from pathlib import Path
 
+from janitor.host.ofdlock import AVAILABLE, lock_byte, try_lock_byte, unlock_byte
 from janitor.ledger.writelock.flock import FlockWriterLock
 
 __all__ = ["OFD_LOCKS", "FairQueueWriterLock"]
 
 #: True where the kernel interface exists (Linux); ``janitor.ledger.writelock`` also honours
 #: ``JANITOR_PORTABLE`` when it picks the backend.
-OFD_LOCKS = hasattr(fcntl, "F_OFD_SETLKW")
-_SETLK = getattr(fcntl, "F_OFD_SETLK", 0)
-_SETLKW = getattr(fcntl, "F_OFD_SETLKW", 0)
-#: ``struct flock``: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks), padding.
-_FLOCK = "@hhqqixxxx"
+OFD_LOCKS = AVAILABLE
 _COUNTER = 8  # offset of the 8-byte ticket counter (byte 0 is the ticket mutex)
 _SLOTS = 1 << 20  # slot bytes start here; locks past the end of the file are fine
 _SLOT_SPAN = 1 << 40
@@ -66,22 +62,6 @@ _RECHECK_S = 0.05
 _SPIN_S = 0.002
 #: Doorbell messages: the predecessor got the lock (get ready), or left it (go).
 _READY, _GO = b"r", b"!"
-
-
-def _range_lock(fd: int, kind: int, start: int, *, wait: bool) -> None:
-    cmd = _SETLKW if wait else _SETLK
-    fcntl.fcntl(fd, cmd, struct.pack(_FLOCK, kind, os.SEEK_SET, start, 1, 0))
-
-
-def _try_lock(fd: int, start: int) -> bool:
-    """Take the write lock on byte ``start`` if it is free now."""
-    try:
-        _range_lock(fd, fcntl.F_WRLCK, start, wait=False)
-    except OSError as exc:
-        if exc.errno not in (errno.EAGAIN, errno.EACCES):
-            raise
-        return False
-    return True
 
 
 class _Turn(threading.local):
@@ -140,36 +120,36 @@ class FairQueueWriterLock(FlockWriterLock):
 
     def _queue(self, fd: int, deadline: float) -> None:
         """Take a ticket and wait until every writer that came before has left."""
-        _range_lock(fd, fcntl.F_WRLCK, 0, wait=True)  # held for microseconds by anyone
+        lock_byte(fd, 0)  # held for microseconds by anyone
         try:
             raw = os.pread(fd, 8, _COUNTER)
             ticket = int.from_bytes(raw, "little") if len(raw) == 8 else 0
             os.pwrite(fd, ((ticket + 1) % _SLOT_SPAN).to_bytes(8, "little"), _COUNTER)
             slot = _SLOTS + ticket % _SLOT_SPAN
             # Locked before byte 0 is let go: a successor can only wait on a slot already held.
-            _range_lock(fd, fcntl.F_WRLCK, slot, wait=True)
+            lock_byte(fd, slot)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 # No room for the counter: skip the queue; the flock alone still excludes.
                 return
             raise
         finally:
-            _range_lock(fd, fcntl.F_UNLCK, 0, wait=False)
+            unlock_byte(fd, 0)
         self._turn.slot = slot
         before = _SLOTS + (ticket - 1) % _SLOT_SPAN
-        if not _try_lock(fd, before):
+        if not try_lock_byte(fd, before):
             bell = self._doorbell(ticket)
             if bell is not None:
                 with bell:
                     if not self._await_turn(fd, before, bell, deadline):
                         return  # past the deadline the queue's order is given up on
             elif not self._wait(
-                lambda: _range_lock(fd, fcntl.F_WRLCK, before, wait=True),
-                lambda: _range_lock(fd, fcntl.F_UNLCK, before, wait=False),
+                lambda: lock_byte(fd, before),
+                lambda: unlock_byte(fd, before),
                 deadline,
             ):
                 return  # likewise: the flock decides
-        _range_lock(fd, fcntl.F_UNLCK, before, wait=False)
+        unlock_byte(fd, before)
 
     def _doorbell(self, ticket: int) -> socket.socket | None:
         """A socket bound to ticket's doorbell name, or None if none can be (then block)."""
@@ -190,7 +170,7 @@ class FairQueueWriterLock(FlockWriterLock):
         The doorbell is bound before the first try here, so a predecessor that leaves after
         that try rings a bell that is already listening: no wake-up can fall in between.
         """
-        while not _try_lock(fd, before):
+        while not try_lock_byte(fd, before):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
@@ -202,7 +182,7 @@ class FairQueueWriterLock(FlockWriterLock):
             if rung == _READY:  # next in line: stay awake for about one turn
                 end = min(time.monotonic() + _SPIN_S, deadline)
                 while time.monotonic() < end:
-                    if _try_lock(fd, before):
+                    if try_lock_byte(fd, before):
                         return True
                     os.sched_yield()
         return True
@@ -211,7 +191,7 @@ class FairQueueWriterLock(FlockWriterLock):
         slot, self._turn.slot = self._turn.slot, None
         if slot is None:
             return
-        _range_lock(fd, fcntl.F_UNLCK, slot, wait=False)
+        unlock_byte(fd, slot)
         # Ring the successor's doorbell, after the unlock it announces.
         self._ring(slot, _GO)
 

@@ -7,8 +7,7 @@ clear error.
 
 from __future__ import annotations
 
-import fcntl
-
+from janitor.host import flock
 from janitor.ledger.writelock.api import BaseWriterLock
 
 __all__ = ["FlockWriterLock"]
@@ -18,15 +17,9 @@ class FlockWriterLock(BaseWriterLock):
     """The writer lock as an exclusive ``flock`` on the lock file."""
 
     def _acquire(self, fd: int, deadline: float) -> bool:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if flock.try_lock(fd):
             return True
-        except BlockingIOError:
-            return self._wait(
-                lambda: fcntl.flock(fd, fcntl.LOCK_EX),
-                lambda: fcntl.flock(fd, fcntl.LOCK_UN),
-                deadline,
-            )
+        return self._wait(lambda: flock.lock(fd), lambda: flock.unlock(fd), deadline)
 
     def _release(self, fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        flock.unlock(fd)
