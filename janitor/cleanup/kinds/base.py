@@ -37,7 +37,19 @@ if TYPE_CHECKING:
     from janitor.config.unit_rules import UnitRules
     from janitor.host.sizewalk import Measured
 
-__all__ = ["Glance", "Site", "UnitKind", "children_older"]
+__all__ = ["Glance", "Grouping", "Site", "UnitKind", "children_older"]
+
+
+@dataclass(frozen=True, slots=True)
+class Grouping:
+    """What a kind groups into units: a tree's scan and policy, the last recorded touch of a
+    path (a use), and the tree's include and exclude globs as one regex each (None: none)."""
+
+    snapshot: Snapshot
+    tree: TreePolicy
+    touches: Mapping[str, float]
+    include: re.Pattern[str] | None
+    exclude: re.Pattern[str] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,18 +111,11 @@ class UnitKind(ABC):
         include = glob_regex(tuple(tree.include))
         exclude = glob_regex(tuple(tree.exclude))
         with gc_paused():
-            return self._group(snapshot, tree, touches or {}, include, exclude)
+            return self._group(Grouping(snapshot, tree, touches or {}, include, exclude))
 
     @abstractmethod
-    def _group(
-        self,
-        snapshot: Snapshot,
-        tree: TreePolicy,
-        touches: Mapping[str, float],
-        include: re.Pattern[str] | None,
-        exclude: re.Pattern[str] | None,
-    ) -> UnitTable:
-        """The units, with the tree's include and exclude globs as one regex each."""
+    def _group(self, g: Grouping) -> UnitTable:
+        """The units of what ``g`` holds."""
 
     # -- glance --------------------------------------------------------------------------------
 

@@ -10,12 +10,10 @@ file's ``flock`` (the lock file itself is never removed: see ``Deleter``).
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
-from janitor.cleanup.kinds.base import Glance, Site, UnitKind, children_older
+from janitor.cleanup.kinds.base import Glance, Grouping, Site, UnitKind, children_older
 from janitor.cleanup.recheck import FILE_FLAGS, Skip, close_held, why
 from janitor.config.unit_rules import UNIT_RULES
 from janitor.host.flock import try_lock
@@ -23,7 +21,7 @@ from janitor.host.sizewalk import FILES
 from janitor.host.space import allocated_size
 
 if TYPE_CHECKING:
-    from janitor.cleanup.scan import Entry, Snapshot
+    from janitor.cleanup.scan import Entry
     from janitor.cleanup.units import Unit, UnitTable
     from janitor.config.policy import TreePolicy
     from janitor.host.sizewalk import Measured
@@ -38,17 +36,10 @@ class FileKind(UnitKind):
 
     rules = UNIT_RULES["file"]
 
-    def _group(
-        self,
-        snapshot: Snapshot,
-        tree: TreePolicy,
-        touches: Mapping[str, float],
-        include: re.Pattern[str] | None,
-        exclude: re.Pattern[str] | None,
-    ) -> UnitTable:
+    def _group(self, g: Grouping) -> UnitTable:
         from janitor.cleanup.kinds.file_grouping import file_units  # numpy: once per tree
 
-        return file_units(snapshot, tree, touches, include, exclude, self.name)
+        return file_units(g, self.name)
 
     def glance(self, tree: TreePolicy, m: Measured) -> Glance:
         """Every file of a tree that selects none (its last uses: bounded by its children's);

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import stat
-from collections.abc import Mapping
 from functools import partial
 from itertools import compress, repeat
 from operator import not_
@@ -21,21 +20,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from janitor.cleanup.group_keys import group_keys, match_key, suffix_form
-from janitor.cleanup.scan import Entry, Snapshot
+from janitor.cleanup.scan import Entry
 from janitor.cleanup.units import UnitTable, column, positions
 
 if TYPE_CHECKING:
-    from janitor.config.policy import TreePolicy
+    from janitor.cleanup.kinds.base import Grouping
 
 __all__ = ["file_units"]
 
 # Column getters of Entry: C-level, unlike attribute access in a lambda.
-_PATH = column(Entry, "path")
-_REL = column(Entry, "rel")
-_SIZE = column(Entry, "size")
-_MTIME = column(Entry, "mtime")
-_ATIME = column(Entry, "atime")
-_MODE = column(Entry, "mode")
+_PATH, _REL, _SIZE, _MTIME, _ATIME, _MODE = (
+    column(Entry, f) for f in ("path", "rel", "size", "mtime", "atime", "mode")
+)
 _IFMT = 0o170000  # the file-type bits of st_mode
 
 
@@ -67,16 +63,9 @@ def _one_suffix(rels: list[str], suffixes: frozenset[str], least: int) -> str | 
     return s0
 
 
-def file_units(
-    snapshot: Snapshot,
-    tree: TreePolicy,
-    touches: Mapping[str, float],
-    include: re.Pattern[str] | None,
-    exclude: re.Pattern[str] | None,
-    kind: str,
-) -> UnitTable:
-    """The units of a tree of files (``include``/``exclude``: its globs as one regex each;
-    ``kind``: the kind's name, for its units)."""
+def file_units(g: Grouping, kind: str) -> UnitTable:
+    """The units of a tree of files (``kind``: the kind's name, for its units)."""
+    snapshot, tree, touches, include, exclude = g.snapshot, g.tree, g.touches, g.include, g.exclude
     entries = snapshot.entries
     types = np.fromiter(map(_MODE, entries), np.int64, len(entries)) & _IFMT
     keep = types != stat.S_IFDIR

@@ -13,12 +13,12 @@ import fnmatch
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from janitor.cleanup.kinds.base import Glance, Site, UnitKind
+from janitor.cleanup.kinds.base import Glance, Grouping, Site, UnitKind
 from janitor.cleanup.kinds.folder_removal import remove_folder_unit
 from janitor.config.unit_rules import UNIT_RULES
 from janitor.host.sizewalk import CHILDREN
@@ -26,7 +26,7 @@ from janitor.host.space import allocated_size
 
 if TYPE_CHECKING:
     from janitor.cleanup.recheck import Rechecks
-    from janitor.cleanup.scan import Entry, Snapshot
+    from janitor.cleanup.scan import Entry
     from janitor.cleanup.units import Unit, UnitTable
     from janitor.config.policy import TreePolicy
     from janitor.host.sizewalk import Measured
@@ -44,38 +44,34 @@ class FolderKind(UnitKind):
 
     rules = UNIT_RULES["dir"]
 
-    def _group(
-        self,
-        snapshot: Snapshot,
-        tree: TreePolicy,
-        touches: Mapping[str, float],
-        include: re.Pattern[str] | None,
-        exclude: re.Pattern[str] | None,
-    ) -> UnitTable:
+    def _group(self, g: Grouping) -> UnitTable:
         from janitor.cleanup.units import Unit, UnitTable  # numpy: once per tree
 
         # Each rule: a folder glob and what one of its entries must be named (unit_rules()).
-        rules = [(re.compile(fnmatch.translate(g)), _globs(req)) for g, req in tree.unit_rules()]
+        rules = [
+            (re.compile(fnmatch.translate(glob)), _globs(req)) for glob, req in g.tree.unit_rules()
+        ]
         heads: dict[str, Entry] = {}
         members: dict[str, list[Entry]] = {}
-        for e in snapshot.entries:
+        for e in g.snapshot.entries:
             head, sep, _ = e.rel.partition("/")
             if not sep:
-                if stat.S_ISDIR(e.mode) and any(g.match(head) for g, _ in rules):
+                if stat.S_ISDIR(e.mode) and any(rx.match(head) for rx, _ in rules):
                     heads[head] = e
                 continue
             members.setdefault(head, []).append(e)
         units = []
+        touches = g.touches
         for head, folder in heads.items():
             names = [e.rel[len(head) + 1 :] for e in members.get(head, ())]
             names = [n for n in names if "/" not in n]
             if not any(
-                g.match(head) and (req is None or any(map(req.match, names))) for g, req in rules
+                rx.match(head) and (req is None or any(map(req.match, names))) for rx, req in rules
             ):
                 continue  # a .tmp* folder of some other program: not ours to judge
-            if include is not None and not include.match(head):
+            if g.include is not None and not g.include.match(head):
                 continue
-            if exclude is not None and exclude.match(head):
+            if g.exclude is not None and g.exclude.match(head):
                 continue
             inside = members.get(head, [])
             entries = (folder, *inside)
@@ -93,7 +89,7 @@ class FolderKind(UnitKind):
                     max(last, touched),
                 )
             )
-        return UnitTable.of(units, snapshot.root, self.name)
+        return UnitTable.of(units, g.snapshot.root, self.name)
 
     def walk_detail(self, role: str, selects: bool, max_age: bool) -> int:
         """Each entry right under the root, its unit folders among them."""

@@ -7,13 +7,11 @@ one, never volume pressure (``UNIT_RULES``: an offline machine cannot download a
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
 from functools import partial
 from typing import TYPE_CHECKING
 
 from janitor.cleanup.kinds import hf_delete
-from janitor.cleanup.kinds.base import Glance, Site, UnitKind, children_older
+from janitor.cleanup.kinds.base import Glance, Grouping, Site, UnitKind, children_older
 from janitor.cleanup.kinds.hf_cache import revisions
 from janitor.cleanup.recheck import Partial, Skip, close_held
 from janitor.cleanup.scan import scan
@@ -21,7 +19,6 @@ from janitor.config.unit_rules import UNIT_RULES
 
 if TYPE_CHECKING:
     from janitor.cleanup.recheck import Rechecks
-    from janitor.cleanup.scan import Snapshot
     from janitor.cleanup.units import Unit, UnitTable
     from janitor.config.policy import TreePolicy
     from janitor.host.sizewalk import Measured
@@ -36,22 +33,15 @@ class RevisionKind(UnitKind):
 
     rules = UNIT_RULES["hf_revision"]
 
-    def _group(
-        self,
-        snapshot: Snapshot,
-        tree: TreePolicy,
-        touches: Mapping[str, float],
-        include: re.Pattern[str] | None,
-        exclude: re.Pattern[str] | None,
-    ) -> UnitTable:
+    def _group(self, g: Grouping) -> UnitTable:
         """One unit per revision; ``include`` and ``exclude`` match repository folder names."""
         from janitor.cleanup.units import Unit, UnitTable  # numpy: once per tree
 
         units = [
             Unit(r.key, self.name, r.path, r.entries, r.size, r.last_use)
-            for r in revisions(snapshot, touches, include, exclude)
+            for r in revisions(g.snapshot, g.touches, g.include, g.exclude)
         ]
-        return UnitTable.of(units, snapshot.root, self.name)
+        return UnitTable.of(units, g.snapshot.root, self.name)
 
     def glance(self, tree: TreePolicy, m: Measured) -> Glance:
         """The revisions add up to the whole cache, less its lock files and refs: at most the
