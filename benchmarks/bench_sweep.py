@@ -11,7 +11,7 @@ Measures, in one run, on trees generated under a fresh folder (``--where``, defa
   file is chosen; only ``apply`` is compared with find, the scan + group + open-files + plan
   phase is reported on its own row. Leases are on (``prepare_leases()``); one extra run with
   leases off shows what they cost;
-* planner: ``janitor.cleanup.units.group_units`` on an in-memory snapshot of
+* planner: ``janitor.cleanup.kinds.group_units`` on an in-memory snapshot of
   ``--planner-entries`` files (no disk), then ``janitor.cleanup.plan.plan_tree`` over the
   units with a quota that makes it choose about half of them, with a few pins, reservations,
   held locks and open files so every check in the classifier runs.
@@ -67,9 +67,10 @@ from rich.table import Table
 import janitor.host.inuse as inuse
 from janitor.cleanup import delete
 from janitor.cleanup.delete import apply
+from janitor.cleanup.kinds import group_units
 from janitor.cleanup.plan import Plan, Protection, plan_tree
 from janitor.cleanup.scan import Entry, Snapshot, scan
-from janitor.cleanup.units import Unit, group_units
+from janitor.cleanup.units import Unit
 from janitor.config.policy import SizeSpec, TreePolicy
 from janitor.host.inuse import open_inodes, prepare_leases
 from janitor.host.space import volume_stats

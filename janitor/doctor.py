@@ -171,9 +171,9 @@ def _policy_checks(policy: Any) -> Iterator[Check]:
 def _staging_checks(policy: Any) -> Iterator[Check]:
     """For each staging tree (``active_jobs``): which ``jobs.db`` and ``server.yaml`` it goes
     by (those beside it), whether that jobs.db can be read, and what a sweep keeps for it."""
+    from janitor.cleanup.kinds import group_units
     from janitor.cleanup.scan import scan
     from janitor.cleanup.staging import FIX, read_staging
-    from janitor.cleanup.units import group_units
     from janitor.host.batchalign3 import server_config, staging_state
     from janitor.humanize import format_duration
 

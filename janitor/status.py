@@ -5,17 +5,16 @@ Reading status never writes the ledger, so it works on a read-only state dir and
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from janitor.admission.awaiting import Awaiting, awaiting_now
 from janitor.admission.reserve import live_reservations
 from janitor.admission.volume import ORDER, Forecast, Level, Volume
+from janitor.cleanup.kinds import kind_of
 from janitor.config.policy import Policy, TreePolicy
-from janitor.host.space import VolumeStats, allocated_size, volume_stats
+from janitor.host.space import VolumeStats, volume_stats
 from janitor.ledger.db import Ledger
 from janitor.ledger.jobs import JobInfo, Waiter
 from janitor.ledger.reservations import ReservationInfo
@@ -101,29 +100,11 @@ class Status:
         }
 
 
-def _dir_unit_matches(tree: TreePolicy, unit: Path) -> bool:
-    return tree.is_unit_folder(unit.name, lambda: os.listdir(unit))
-
-
 def tree_usage(tree: TreePolicy) -> int:
     """Allocated bytes the tree manages: the whole root, only its matching unit folders, or
-    its Hugging Face revisions (what the planner weighs against the quota)."""
-    if tree.units == "file":
-        return allocated_size(tree.path)
-    if tree.units == "hf_revision":
-        from janitor.cleanup.scan import scan
-        from janitor.cleanup.units import group_units
-
-        return int(group_units(scan(tree.path), tree).size.sum())
-    total = 0
-    try:
-        children = list(os.scandir(tree.path))
-    except OSError:
-        return 0
-    for child in children:
-        if child.is_dir(follow_symlinks=False) and _dir_unit_matches(tree, Path(child.path)):
-            total += allocated_size(child.path)
-    return total
+    its Hugging Face revisions (what the planner weighs against the quota), as its kind
+    measures them."""
+    return kind_of(tree).usage(tree)
 
 
 def collect_status(policy: Policy, ledger: Ledger, *, with_usage: bool = True) -> Status:

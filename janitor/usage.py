@@ -266,7 +266,7 @@ def space_report(
     compiled walker, else processes of the Python walk (1: in this one). The ledger is read
     for the jobs whose writers died, and by a dry-run sweep (``state_dir``: its tree locks)."""
     from janitor.admission.volume import Volume
-    from janitor.cleanup.glance import may_free, unit_bytes, unit_folders
+    from janitor.cleanup.glance import glance, may_free, unit_bytes
     from janitor.config.policy import trees_by_device
     from janitor.host.space import volume_stats
 
@@ -283,6 +283,7 @@ def space_report(
     now = time.time()
     sizes: dict[str, int] = {}
     usage: dict[str, int] = {}
+    all_units: dict[str, bool] = {}  # its units are its whole folder (its folders too)
     doubt: list[str] = []
     for name, tree in policy.trees.items():
         m = measured.get(plan.trees[name])
@@ -292,8 +293,9 @@ def space_report(
             volumes[m.device] = Volume.at(policy, m.folder.path)
         vol = volumes[m.device]
         sizes[name] = m.bytes
-        units = unit_folders(tree, m)
-        usage[name] = unit_bytes(tree, m, units)
+        seen = glance(tree, m)
+        all_units[name] = seen.whole
+        usage[name] = unit_bytes(tree, m, seen)
         if may_free(
             tree,
             m,
@@ -302,7 +304,7 @@ def space_report(
             pressed=vol.free < vol.free_low,
             orphans=orphans,
             now=now,
-            units=units,
+            seen=seen,
         ):
             doubt.append(name)
     frees: dict[str, int] = {}
@@ -320,10 +322,9 @@ def space_report(
         tree = policy.trees[name]
         m = measured[plan.trees[name]]
         root = m.folder.path
-        # A tree of files with no include/exclude manages its whole folder (its folders too);
-        # otherwise only its units, and the rest of its folder is a row of its own.
-        every_file = tree.units == "file" and not tree.include and not tree.exclude
-        managed = whole if every_file else min(usage.get(name, whole), whole)
+        # A tree whose units are its whole folder (files, with no include/exclude) manages it
+        # all, its folders too; otherwise only its units, and the rest is a row of its own.
+        managed = whole if all_units[name] else min(usage.get(name, whole), whole)
         found = rows.setdefault(m.device, [])
         found.append(SpaceRow(name, root, managed, name, tree.role, frees.get(name, 0)))
         rest = whole - managed

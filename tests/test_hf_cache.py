@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from janitor.cleanup.kinds import group_units
 from janitor.cleanup.plan import Protection, plan_pressure
 from janitor.cleanup.scan import scan
-from janitor.cleanup.units import group_units
 from janitor.config.policy import TreePolicy, load_policy
 from janitor.errors import PolicyError
 

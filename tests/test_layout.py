@@ -269,3 +269,69 @@ def test_every_type_the_api_returns_is_exported() -> None:
         assert getattr(janitor, name).__name__ == name
     for name in ("UnknownPin", "UnknownReservation", "ReservationRefused", "SpaceRisk"):
         assert issubclass(getattr(janitor, name), janitor.JanitorError)
+
+
+#: The names a tree's ``units`` may give (``TreePolicy.units``). Each is one object of
+#: ``janitor.cleanup.kinds``, chosen once by ``KINDS``: no module asks which one a tree is.
+KIND_NAMES = frozenset({"file", "dir", "hf_revision"})
+
+
+def kind_switches(source: str) -> Iterator[int]:
+    """The lines of ``source`` that switch on a unit kind's name: a comparison of something
+    named ``units`` or ``kind`` with one (``tree.units == "dir"``, ``unit.kind in ("dir",
+    "hf_revision")``, ``units != "file"``), a ``match`` on it with one as a case, or a table
+    of them looked up in place (``{"dir": ...}[tree.units]``)."""
+
+    def names_a_kind(node: ast.expr) -> bool:
+        if isinstance(node, ast.Attribute):
+            return node.attr in ("units", "kind")
+        return isinstance(node, ast.Name) and node.id in ("units", "kind")
+
+    def a_kind_name(node: ast.expr | None) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and node.value in KIND_NAMES
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return any(a_kind_name(e) for e in node.elts)
+        return False
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(map(names_a_kind, sides)) and any(map(a_kind_name, sides)):
+                yield node.lineno
+        elif isinstance(node, ast.Match) and names_a_kind(node.subject):
+            for case in node.cases:
+                values = [p.value for p in ast.walk(case.pattern) if isinstance(p, ast.MatchValue)]
+                if any(map(a_kind_name, values)):
+                    yield case.pattern.lineno
+        elif (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Dict)
+            and any(map(a_kind_name, node.value.keys))
+        ):
+            yield node.lineno
+
+
+def test_the_kind_switch_check_sees_every_form() -> None:
+    source = (
+        'if tree.units == "dir": pass\n'
+        'x = unit.kind in ("dir", "hf_revision")\n'
+        'y = "file" != units\n'
+        "match self.units:\n"
+        '    case "hf_revision": pass\n'
+        'z = {"file": 1, "dir": 2}[tree.units]\n'
+        'ok = head == "file" or front.kind == "python" or KINDS[tree.units]\n'
+    )
+    assert sorted(kind_switches(source)) == [1, 2, 3, 5, 6]
+
+
+def test_no_module_switches_on_a_unit_kinds_name() -> None:
+    """A kind is a value (``janitor.cleanup.kinds``: its key, grouping, glance, rechecks and
+    delete; ``janitor.config.unit_rules``: what the policy layer asks of it), chosen once from
+    ``TreePolicy.units`` by one table: no module, the kinds' own included, compares the name."""
+    found = {
+        name: lines
+        for name, path in MODULES.items()
+        if (lines := list(kind_switches(path.read_text())))
+    }
+    assert found == {}

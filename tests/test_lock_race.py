@@ -18,9 +18,9 @@ from pathlib import Path
 
 from janitor import Janitor
 from janitor.cleanup.delete import apply
+from janitor.cleanup.kinds import group_units
 from janitor.cleanup.plan import Protection, plan_tree
 from janitor.cleanup.scan import scan
-from janitor.cleanup.units import group_units
 from janitor.host.inuse import prepare_leases
 from janitor.host.space import volume_stats
 

@@ -16,9 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from janitor.cleanup.kinds import group_units
 from janitor.cleanup.plan import KEEP_REASONS, Plan, Protection, plan_pressure, plan_tree
 from janitor.cleanup.scan import Entry, Snapshot
-from janitor.cleanup.units import Unit, UnitTable, group_units
+from janitor.cleanup.units import Unit, UnitTable
 from janitor.config.policy import TreePolicy
 
 NOW = 1_700_000_000.0

@@ -17,9 +17,9 @@ import pytest
 
 import janitor.cleanup.sweep as sweep
 from janitor.admission.volume import Volume
+from janitor.cleanup.kinds import group_units
 from janitor.cleanup.plan import Plan, Protection, ScannedTree
 from janitor.cleanup.scan import Entry, Snapshot
-from janitor.cleanup.units import group_units
 from janitor.cleanup.world import World, plan_world
 from janitor.config.policy import TreePolicy
 from janitor.ledger.db import Ledger

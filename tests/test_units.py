@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from janitor.cleanup.kinds import group_units, kind_of
 from janitor.cleanup.scan import Entry, Snapshot, scan
-from janitor.cleanup.units import Unit, UnitTable, group_units, unit_key_for
+from janitor.cleanup.units import Unit, UnitTable
 from janitor.config.policy import Policy, TreePolicy, load_policy
 from janitor.config.settings import shipped_policy_path
 
@@ -187,7 +188,7 @@ def test_grouping_is_policy_data_not_batchalign_code(tmp_path: Path) -> None:
     assert _names(units["bert"]) == {"bert.bin", "bert.json"}
     assert units["bert"].lock == str(root / "bert.lock")
     assert units["notes.txt"].lock is None  # no key: no lock file to name
-    assert unit_key_for(tree, "bert.json") == "bert"
+    assert kind_of(tree).key(tree, "bert.json") == "bert"
 
 
 def test_include_and_exclude_limit_what_is_managed(tmp_path: Path) -> None:
@@ -253,10 +254,10 @@ def test_unit_keys_of_paths(shipped: Policy) -> None:
     cache = shipped.trees["media_cache"]
     jobs = shipped.trees["job_tmp"]
     key = fp(7)
-    assert unit_key_for(cache, f"{key}.tmp.wav") == key
-    assert unit_key_for(cache, f"{key}.wav.lock") == key
-    assert unit_key_for(cache, f"sub/{key}.wav") == f"sub/{key}"
-    assert unit_key_for(jobs, ".tmpab12cd/fa_v2/audio/0.pcm") == ".tmpab12cd"
+    assert kind_of(cache).key(cache, f"{key}.tmp.wav") == key
+    assert kind_of(cache).key(cache, f"{key}.wav.lock") == key
+    assert kind_of(cache).key(cache, f"sub/{key}.wav") == f"sub/{key}"
+    assert kind_of(jobs).key(jobs, ".tmpab12cd/fa_v2/audio/0.pcm") == ".tmpab12cd"
 
 
 # -- grouping a million names: the fast path agrees with the regex, name by name ------------------
@@ -301,7 +302,7 @@ def test_file_units_group_exactly_as_the_regex_matches_each_name(
     # The reference: each name's key from re.match, grouped in walk order.
     expected: dict[str, list[Entry]] = {}
     for e in entries:
-        expected.setdefault(unit_key_for(tree, e.rel), []).append(e)
+        expected.setdefault(kind_of(tree).key(tree, e.rel), []).append(e)
     assert [u.key for u in units] == list(expected)
     for u in units:
         members = expected[u.key]

@@ -84,7 +84,7 @@ def job_folder(policy: Policy, tree: str, path: str) -> JobFolder | None:
     The folder must be a real folder (not a symlink) holding the path, not the path itself.
     """
     tp = policy.trees.get(tree)
-    if tp is None or tp.role != "scratch" or tp.units != "dir":
+    if tp is None or not tp.holds_jobs:
         return None
     root = os.path.normpath(os.path.abspath(tp.path))
     if not path.startswith(root + os.sep):

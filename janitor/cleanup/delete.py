@@ -4,10 +4,11 @@
 us; not pinned, locked or open now: ``janitor.cleanup.recheck``), removes it relative to an
 opened parent folder without following symlinks, never leaves the tree's filesystem, never
 removes the tree root (``janitor.cleanup.deleter``), and logs every unit it removed with its
-reason, before and after (``_Log``). A Hugging Face hub revision (``units = "hf_revision"``)
-is removed by huggingface_hub's own cache API, once the same checks passed on every path it
-would remove (``janitor.cleanup.hf_delete``). A tree whose deletes mostly wait on the disk is
-finished by a few threads (``janitor.cleanup.pool``), each with every check.
+reason, before and after (``_Log``). Each unit goes as its kind removes it
+(``janitor.cleanup.kinds``): a Hugging Face hub revision (``units = "hf_revision"``) by
+huggingface_hub's own cache API, once the same checks passed on every path it would remove.
+A tree whose deletes mostly wait on the disk is finished by a few threads
+(``janitor.cleanup.pool``), each with every check.
 """
 
 from __future__ import annotations

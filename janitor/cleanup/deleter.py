@@ -1,21 +1,19 @@
 """One tree's deleter: its units removed relative to the tree root, opened once at the start.
 
-Each unit is removed by its kind: a file alone, files in one folder under their lock file's
-flock, a folder unit (``janitor.cleanup.folder_unit``), or a Hugging Face hub revision
-(``janitor.cleanup.hf_delete``); every file with the checks of
-:class:`janitor.cleanup.recheck.Rechecks` right before it goes.
+Each unit is removed by the tree's kind (:mod:`janitor.cleanup.kinds`, chosen once per tree: a
+file alone or files under their lock file's flock, a folder unit, a Hugging Face hub revision),
+after the kind's rechecks; every file with the checks of :class:`janitor.cleanup.recheck.Rechecks`
+right before it goes.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Callable
 
-from janitor.cleanup.folder_unit import remove_folder_unit
+from janitor.cleanup.kinds import KINDS
 from janitor.cleanup.plan import TreePlan
-from janitor.cleanup.recheck import FILE_FLAGS, Partial, Rechecks, Skip, close_held, why
-from janitor.cleanup.scan import Entry
+from janitor.cleanup.recheck import Rechecks, Skip
 from janitor.cleanup.units import Unit
 from janitor.host.fdwalk import DIR_FLAGS
 from janitor.host.mounts import boundary
@@ -58,6 +56,7 @@ class Deleter:
         opened: Callable[[], frozenset[tuple[int, int]]] | None = None,
     ) -> None:
         self.plan = plan
+        self.kind = KINDS[plan.kind]  # chosen once: how this tree's units go
         self.root_fd = os.open(plan.root, DIR_FLAGS)
         st = os.fstat(self.root_fd)
         if (st.st_dev, st.st_ino) != (plan.device, plan.root_ino):
@@ -117,94 +116,7 @@ class Deleter:
         return cur
 
     def delete(self, unit: Unit) -> tuple[int, int]:
-        """Delete one unit; (files removed, bytes) or Skip before anything is removed."""
-        self.checks.check_pins(unit)
-        if unit.kind == "dir":
-            return remove_folder_unit(self.checks, self.root_fd, unit)
-        if unit.kind == "hf_revision":
-            return self._delete_revision(unit)
-        entries = unit.entries
-        if len(entries) == 1 and unit.lock is None:
-            e = entries[0]
-            folder, _, name = e.rel.rpartition("/")
-            if name in ("", ".", ".."):
-                raise Skip("bad path component")
-            self.checks.unlink_file(self.folder(folder), name, e)
-            return 1, e.size
-        return self._delete_file_unit(unit)
-
-    def _delete_file_unit(self, unit: Unit) -> tuple[int, int]:
-        """Remove a unit of files in one folder while holding its lock file's flock.
-
-        The lock file itself is never removed (see ``Deleter``): only the files it guards.
-        """
-        folders = {e.rel.rpartition("/")[0] for e in unit.entries}
-        if len(folders) != 1:
-            raise Skip("unit spans folders")
-        lock_name = unit.lock.rpartition("/")[2] if unit.lock is not None else None
-        victims = [e for e in unit.entries if e.rel.rpartition("/")[2] != lock_name]
-        if not victims:
-            raise Skip("nothing but its lock file, which is never removed")
-        dir_fd = self.folder(folders.pop())
-        lock_fd = None
-        held: list[tuple[str, Entry, int | None]] = []  # (name, entry, fd of a regular file)
-        try:
-            if lock_name is not None:
-                try:
-                    lock_fd = os.open(lock_name, FILE_FLAGS, dir_fd=dir_fd)
-                except FileNotFoundError:
-                    lock_fd = None  # `cache clear` removed it, or no converter made one yet
-                except OSError as exc:
-                    raise Skip(why(exc, "lock file")) from None
-                if lock_fd is not None:
-                    try:
-                        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except OSError:
-                        raise Skip("locked") from None
-            # Every file is checked (and held) before any is removed, all under the lock: a
-            # converter that comes meanwhile waits on it, then finds the WAV gone and converts.
-            for e in victims:
-                name = e.rel.rpartition("/")[2]
-                if name in ("", ".", ".."):
-                    raise Skip("bad path component")
-                held.append((name, e, self.checks.hold_entry(dir_fd, name, e)))
-            removed = 0
-            size = 0
-            for name, e, _fd in held:
-                try:
-                    os.unlink(name, dir_fd=dir_fd)
-                except OSError:
-                    if removed:
-                        break  # partly removed: what is left is judged again next sweep
-                    raise
-                removed += 1
-                size += e.size
-            return removed, size
-        finally:
-            for _name, _e, fd in held:
-                if fd is not None:
-                    close_held(fd)
-            if lock_fd is not None:
-                os.close(lock_fd)  # drops our flock: a waiting converter goes on
-
-    def _delete_revision(self, unit: Unit) -> tuple[int, int]:
-        """A Hugging Face hub revision: removed by huggingface_hub's cache API once every check
-        here passed on every path it names (``janitor.cleanup.hf_delete``)."""
-        from janitor.cleanup import hf_delete
-
-        checks = hf_delete.Checks(
-            self.plan.root,
-            self.root_fd,
-            self.plan.device,
-            self.plan.root_ino,
-            self.folder,
-            self.checks.hold,
-            self.checks.verify,
-            close_held,
-        )
-        try:
-            return hf_delete.remove_revision(unit, checks)
-        except hf_delete.Partial as exc:
-            raise Partial(exc.files, exc.size, str(exc)) from None
-        except hf_delete.Refused as exc:
-            raise Skip(str(exc)) from None
+        """Delete one unit by its kind; (files removed, bytes), Skip before anything is
+        removed, or Partial once something was."""
+        self.kind.recheck(self.checks, unit)
+        return self.kind.delete(self, unit)

@@ -10,9 +10,11 @@ unit's last use that the walk gives:
 - a cache: only when over its quota, past a ``max_age``, or on a volume below ``free_low``;
 - a scratch tree: only a unit unchanged for ``orphan_age``, or a job folder the ledger holds
   whose every writer died;
-- a ``dir`` unit's last use is the latest mtime in its folder (the folder's own included):
-  exactly the walk's ``newest_mtime`` of that entry of the root; a file unit's is the latest
-  of its files' ``max(mtime, atime)``, never before the earliest of them (``oldest_use``).
+- what the walk tells of a tree's units is its kind's to say (``UnitKind.glance``,
+  :mod:`janitor.cleanup.kinds`): a ``dir`` unit's last use is the latest mtime in its folder
+  (the folder's own included): exactly the walk's ``newest_mtime`` of that entry of the root;
+  a file unit's is the latest of its files' ``max(mtime, atime)``, never before the earliest
+  of them (``oldest_use``).
   A touch recorded in the ledger only makes a unit younger; pins, reservations, locks and open
   files only keep more. A folder holding a file linked more than once is not judged here (the
   scan counts such a file in one unit only).
@@ -23,88 +25,50 @@ Any doubt answers True, and the caller runs the dry-run sweep for that tree.
 from __future__ import annotations
 
 import os
-import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from janitor.host.sizewalk import CHILDREN, FILES, SIZE, Measured
+from janitor.cleanup.kinds import Glance, kind_named, kind_of
+from janitor.host.sizewalk import SIZE, Measured
 
 if TYPE_CHECKING:  # light to import: janitor.cli.early asks detail_for before pydantic loads
     from janitor.config.policy import TreePolicy
     from janitor.ledger.jobs import JobInfo
 
 __all__ = [
-    "UnitFolder",
+    "Glance",
     "detail_for",
+    "glance",
     "may_free",
     "orphaned_jobs",
     "still_there",
     "unit_bytes",
-    "unit_folders",
     "writing",
 ]
 
 
 def detail_for(role: str, units: str, selects: bool, max_age: bool) -> int:
     """How much a size walk must tell of a tree's folder for :func:`unit_bytes` and
-    :func:`may_free`: ``selects`` when it has include or exclude globs, ``max_age`` when set.
-    Plain values, so the policy file's raw text can be asked before it is validated."""
+    :func:`may_free`: a report tree's size alone, else what its kind (``units``) asks;
+    ``selects`` when it has include or exclude globs, ``max_age`` when set. Plain values, so
+    the policy file's raw text can be asked before it is validated."""
     if role == "report":
         return SIZE
-    if units == "dir":
-        return CHILDREN
-    if selects:
-        return FILES
-    return CHILDREN if role == "scratch" or max_age else SIZE
+    return kind_named(units).walk_detail(role, selects, max_age)
 
 
-def _every_file(tree: TreePolicy) -> bool:
-    return tree.units == "file" and not tree.include and not tree.exclude
+def glance(tree: TreePolicy, m: Measured) -> Glance:
+    """What the walk ``m`` of the tree's folder tells of its units, by their kind: work it out
+    once and hand it to :func:`unit_bytes` and :func:`may_free`."""
+    return kind_of(tree).glance(tree, m)
 
 
-UnitFolder = tuple[str, int, float, bool]
-
-
-def unit_folders(tree: TreePolicy, m: Measured) -> list[UnitFolder]:
-    """For ``units = "dir"``: the unit folders right under the root, as (name, bytes, newest
-    mtime, linked). A rule's required names are listed from the disk: work it out once and
-    hand it to :func:`unit_bytes` and :func:`may_free`."""
-    if tree.units != "dir":
-        return []
-    root = m.folder.path
-    return [
-        (c.name, c.bytes, c.newest_mtime, c.linked)
-        for c in m.children
-        if c.is_dir
-        and tree.manages(c.name)
-        and tree.is_unit_folder(c.name, _lister(os.path.join(root, c.name)))
-    ]
-
-
-def _lister(path: str) -> Callable[[], Iterable[str]]:
-    def names() -> list[str]:
-        try:
-            st = os.lstat(path)
-            if not stat.S_ISDIR(st.st_mode):
-                return []
-            return os.listdir(path)
-        except OSError:
-            return []
-
-    return names
-
-
-def unit_bytes(tree: TreePolicy, m: Measured, units: list[UnitFolder] | None = None) -> int:
-    """Allocated bytes the tree's units hold (a sweep's ``usage``): every file of a tree that
-    selects none; its unit folders' trees; or the files its include/exclude leave to it."""
-    if tree.role == "report" or _every_file(tree) or tree.units == "hf_revision":
-        # A Hugging Face cache's revisions add up to the whole cache, less its lock files and
-        # refs: at most this, so a quota it is over is one a dry run is asked about.
+def unit_bytes(tree: TreePolicy, m: Measured, seen: Glance | None = None) -> int:
+    """Allocated bytes the tree's units hold (a sweep's ``usage``): a report tree's whole
+    folder, else what its kind tells (``seen``: from :func:`glance`, if worked out already)."""
+    if tree.role == "report":
         return m.bytes
-    if tree.units == "dir":
-        found = unit_folders(tree, m) if units is None else units
-        return sum(size for _, size, _, _ in found)
-    return sum(size for rel, size, _ in m.files if tree.manages(rel))
+    return (seen or glance(tree, m)).bytes
 
 
 def may_free(
@@ -116,38 +80,25 @@ def may_free(
     pressed: bool,
     orphans: Iterable[str],
     now: float,
-    units: list[UnitFolder] | None = None,
+    seen: Glance | None = None,
 ) -> bool:
     """False only when a dry-run sweep of ``tree`` is sure to plan nothing now (see the module
     docstring); ``usage`` from :func:`unit_bytes`, ``pressed``: its volume is below free_low,
-    ``orphans``: the folders of the ledger's jobs whose writers all died; ``units``: from
-    :func:`unit_folders`, if worked out already."""
+    ``orphans``: the folders of the ledger's jobs whose writers all died; ``seen``: from
+    :func:`glance`, if worked out already."""
     if tree.role == "report":
         return False
     if tree.role == "cache":
-        pressed = pressed and tree.units != "hf_revision"  # revisions go for their quota only
+        pressed = pressed and tree.evicts_for_room  # a revision goes for its quota only
         if pressed or (quota is not None and usage > quota):
             return True
         if tree.max_age is None:
             return False
-        return _older(tree, m, now - tree.max_age, units)
+        return (seen or glance(tree, m)).older(now - tree.max_age)
     root = m.folder.path.rstrip("/") + "/"
     if any(o.startswith(root) for o in orphans):
         return True
-    return _older(tree, m, now - tree.orphan_age, units)
-
-
-def _older(tree: TreePolicy, m: Measured, cutoff: float, units: list[UnitFolder] | None) -> bool:
-    """Whether some unit's last use may be at or before ``cutoff``."""
-    need = FILES if tree.units == "file" and not _every_file(tree) else CHILDREN
-    if m.folder.detail < need:
-        return True  # measured with too little detail to tell
-    if tree.units == "dir":
-        found = unit_folders(tree, m) if units is None else units
-        return any(linked or newest <= cutoff for _, _, newest, linked in found)
-    if need == FILES:
-        return any(use <= cutoff for rel, _, use in m.files if tree.manages(rel))
-    return any(c.linked or c.oldest_use <= cutoff for c in m.children)
+    return (seen or glance(tree, m)).older(now - tree.orphan_age)
 
 
 def writing(job: JobInfo) -> bool:

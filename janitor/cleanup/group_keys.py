@@ -4,7 +4,8 @@ The one clever part of the planner, kept here alone: ``suffix_form`` reads CPyth
 regex parser (``re._parser``) to recognise the common shape ``^(?P<key>[^/]+?)SUFFIX$``, whose
 keys one substitution over all names finds at once (200,000 cache names group about 2.6x
 faster than with a regex call per name). Any shape it does not know, or a parser that changed,
-falls back to ``re.match`` per name. ``tests/test_group_keys.py`` proves, property by property,
+falls back to ``re.match`` per name (``match_key``: the file kind's key rule,
+:mod:`janitor.config.unit_rules`). ``tests/test_group_keys.py`` proves, property by property,
 that both ways give the same keys.
 """
 
@@ -16,6 +17,8 @@ from functools import lru_cache
 from itertools import compress, repeat
 from operator import lt
 from typing import Any
+
+from janitor.config.unit_rules import match_key
 
 __all__ = ["group_keys", "match_key", "suffix_form"]
 
@@ -150,12 +153,3 @@ def group_keys(pattern: str, rels: list[str]) -> tuple[list[str], list[bool] | N
         keys.append(key)
         flags.append(hit)
     return keys, flags
-
-
-def match_key(rx: re.Pattern[str], rel: str) -> tuple[str, bool]:
-    folder, _, name = rel.rpartition("/")
-    m = rx.match(name)
-    if m is None:
-        return rel, False
-    key_name: str = m.group("key")
-    return (f"{folder}/{key_name}" if folder else key_name), True

@@ -17,7 +17,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from janitor.cleanup.scan import Snapshot, gc_paused
-from janitor.cleanup.units import Floats, Ints, LazySequence, Unit, UnitTable, column, unit_key_for
+from janitor.cleanup.units import Floats, Ints, LazySequence, Unit, UnitTable, column
 from janitor.config.policy import TreePolicy
 from janitor.host.fdwalk import DIR_FLAGS
 
@@ -179,6 +179,7 @@ class TreePlan:
 
     tree: str
     role: str
+    kind: str  # the tree's ``units``: how the deleter removes them
     root: str
     device: int
     root_ino: int
@@ -234,7 +235,7 @@ def _blocked_keys(
             whole = True
         elif p.startswith(base):
             rel = p[len(base) :].rstrip("/")
-            keys.add(unit_key_for(tree, rel))
+            keys.add(tree.unit_key(rel))
             prefixes.append(rel + "/")
     return whole, keys, tuple(prefixes)
 
@@ -421,6 +422,7 @@ def plan_tree(
         summary = TreePlan(
             tree=name,
             role=tree.role,
+            kind=tree.units,
             root=snapshot.root,
             device=snapshot.device,
             root_ino=snapshot.root_ino,
@@ -477,6 +479,7 @@ def plan_pressure(
                 TreePlan(
                     tree=name,
                     role=tree.role,
+                    kind=tree.units,
                     root=snapshot.root,
                     device=snapshot.device,
                     root_ino=snapshot.root_ino,
@@ -544,6 +547,7 @@ def plan_units(
     summary = TreePlan(
         tree=tree.name,
         role=tree.role,
+        kind=tree.units,
         root=snapshot.root,
         device=snapshot.device,
         root_ino=snapshot.root_ino,

@@ -16,13 +16,15 @@ import os
 import stat
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from janitor.cleanup.scan import Entry
-from janitor.cleanup.units import Unit
 from janitor.host import inuse
 from janitor.host.fdwalk import DIR_FLAGS
-from janitor.host.mounts import Boundary
+
+if TYPE_CHECKING:  # light to import: every kind of unit deletes with these checks
+    from janitor.cleanup.scan import Entry
+    from janitor.cleanup.units import Unit
+    from janitor.host.mounts import Boundary
 
 __all__ = [
     "FILE_FLAGS",
@@ -109,20 +111,20 @@ class Rechecks:
         self.opened = None if self.leases else opened
         self._fallback = opened  # where a lease is not possible on this filesystem
 
-    def check_pins(self, unit: Unit) -> None:
-        """Skip a unit that holds a pinned path, or lies below one."""
+    def check_pins(self, unit: Unit, folder: str | None = None) -> None:
+        """Skip a unit that holds a pinned path, or lies below one; ``folder``: the unit's own
+        folder, when the unit is a whole folder (then a pin anywhere below it covers it)."""
         pins = self.pinned()
         if not pins:
             return
         base = self.root.rstrip("/") + "/"
-        unit_path = unit.path if unit.kind in ("dir", "hf_revision") else None
         for p in pins:
             if not (p.startswith(base) or base.startswith(p.rstrip("/") + "/")):
                 continue
             for e in unit.entries:
                 if e.path == p or e.path.startswith(p.rstrip("/") + "/"):
                     raise Skip("pinned")
-            if unit_path is not None and p.startswith(unit_path + "/"):
+            if folder is not None and p.startswith(folder + "/"):
                 raise Skip("pinned")
 
     def open_sub(self, parent_fd: int, name: str) -> int:

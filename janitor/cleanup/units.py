@@ -1,38 +1,29 @@
-"""Units: the groups of files a tree judges and deletes together, as the policy describes them.
+"""Units: the groups of files a tree judges and deletes together, and the table they are read in.
 
-``units = "file"``: each file is a unit, unless the tree's ``group`` regex puts several in one:
-in the default policy ``{fp}.wav``, ``{fp}.tmp.wav`` and ``{fp}.wav.lock`` share the key ``fp``.
-``units = "dir"``: each folder directly under the root that matches ``unit_glob`` (and holds an
-entry matching one of ``unit_requires``) is a unit with everything inside it, like a job's
-``.tmpXXXXXX`` folder. ``units = "hf_revision"``: each revision of a Hugging Face hub cache
-(``janitor.cleanup.hf_units``). Grouping is pure: a snapshot and a policy in, units out (the
-revisions' links and refs files are read, a few bytes each).
+A tree's ``units`` names its kind (:mod:`janitor.cleanup.kinds`), which groups a scan into
+units: ``file`` (each file, unless the tree's ``group`` regex puts several in one: in the
+default policy ``{fp}.wav``, ``{fp}.tmp.wav`` and ``{fp}.wav.lock`` share the key ``fp``),
+``dir`` (each folder directly under the root that is a job's, with everything inside it) and
+``hf_revision`` (each revision of a Hugging Face hub cache). This module is what every kind
+fills and the planner reads: a ``Unit``, and the ``UnitTable`` of a tree's units as columns.
 
-Trees hold up to millions of files, so the file grouping works column by column: each step is
-one pass that runs in C (``map``, ``zip``, ``compress``, one regex substitution over all names
-joined) rather than a Python statement per file.
+Trees hold up to millions of files, so a table built from files (the file kind's) keeps them
+column by column, and a unit is made an object only when it is read.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import re
-import stat
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from functools import partial
-from itertools import chain, compress, repeat
-from operator import eq, itemgetter, not_
-from typing import Any, Literal, NamedTuple, TypeVar, overload
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from itertools import chain, repeat
+from operator import eq, itemgetter
+from typing import Any, NamedTuple, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from janitor.cleanup.group_keys import group_keys, match_key, suffix_form
-from janitor.cleanup.hf_units import revision_key, revisions
-from janitor.cleanup.scan import Entry, Snapshot, gc_paused
-from janitor.config.policy import TreePolicy, glob_regex
+from janitor.cleanup.scan import Entry
 
-__all__ = ["LazySequence", "Unit", "UnitTable", "column", "group_units", "unit_key_for"]
+__all__ = ["Bools", "Floats", "Ints", "LazySequence", "Unit", "UnitTable", "column", "positions"]
 
 _T = TypeVar("_T")
 
@@ -45,7 +36,7 @@ class Unit(NamedTuple):
     """
 
     key: str
-    kind: Literal["file", "dir", "hf_revision"]
+    kind: str  # its kind's name, as the tree's ``units`` gives it
     path: str  # the folder of a dir unit; the first file of a file unit; a snapshot folder
     entries: tuple[Entry, ...]
     size: int
@@ -63,46 +54,14 @@ def column(cls: type[tuple[Any, ...]], field: str) -> itemgetter[Any]:
     return itemgetter(cls._fields.index(field))  # type: ignore[attr-defined]
 
 
-# Column getters of Entry: C-level, unlike attribute access in a lambda.
-_PATH = column(Entry, "path")
+# Column getters of Entry and Unit: C-level, unlike attribute access in a lambda.
 _REL = column(Entry, "rel")
-_SIZE = column(Entry, "size")
-_MTIME = column(Entry, "mtime")
-_ATIME = column(Entry, "atime")
-_MODE = column(Entry, "mode")
 _INO = column(Entry, "ino")
 _U_KEY = column(Unit, "key")
 _U_ENTRIES = column(Unit, "entries")
 _U_SIZE = column(Unit, "size")
 _U_LAST = column(Unit, "last_use")
 _U_LOCK = column(Unit, "lock")
-_IFMT = 0o170000  # the file-type bits of st_mode
-
-
-def _globs(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
-    return glob_regex(tuple(patterns))
-
-
-def unit_key_for(tree: TreePolicy, rel: str) -> str:
-    """The key of the unit that a path (relative to the root) belongs or would belong to."""
-    if tree.units == "hf_revision":
-        return revision_key(rel)
-    return tree.unit_key(rel)
-
-
-def group_units(
-    snapshot: Snapshot, tree: TreePolicy, touches: Mapping[str, float] | None = None
-) -> UnitTable:
-    """Group a snapshot's entries into the tree's units (unmanaged entries are left out)."""
-    touches = touches or {}
-    include = _globs(tree.include)
-    exclude = _globs(tree.exclude)
-    with gc_paused():
-        if tree.units == "dir":
-            return _dir_units(snapshot, tree, touches, include, exclude)
-        if tree.units == "hf_revision":
-            return _revision_units(snapshot, touches, include, exclude)
-        return _file_units(snapshot, tree, touches, include, exclude)
 
 
 # -- the table -----------------------------------------------------------------------------------
@@ -175,7 +134,7 @@ class UnitTable(LazySequence[Unit]):
     def __init__(
         self,
         *,
-        kind: Literal["file", "dir", "hf_revision"],
+        kind: str,
         root: str,
         files: Sequence[Entry],
         starts: Ints | None,
@@ -210,8 +169,9 @@ class UnitTable(LazySequence[Unit]):
         self._idle = idle  # positions of the units that are only their lock file; None: unknown
 
     @classmethod
-    def of(cls, units: Iterable[Unit], root: str = "") -> UnitTable:
-        """A table over Units already built (folder units, tests, callers with a list)."""
+    def of(cls, units: Iterable[Unit], root: str = "", kind: str = "") -> UnitTable:
+        """A table over Units already built (folder units, tests, callers with a list), of
+        their kind (``kind``, the name of the kind that built them, when there are none)."""
         if isinstance(units, UnitTable):
             return units
         built = tuple(units)
@@ -220,7 +180,7 @@ class UnitTable(LazySequence[Unit]):
         starts = np.zeros(len(built) + 1, np.int64)
         np.cumsum(counts, out=starts[1:])
         return cls(
-            kind=built[0].kind if built else "file",
+            kind=built[0].kind if built else kind,
             root=root,
             files=files,
             starts=starts,
@@ -318,7 +278,7 @@ class UnitTable(LazySequence[Unit]):
             singles = ones.tolist()
             names = list(map(rels.__getitem__, self.starts[ones].tolist()))
         tail = template.rpartition("{key}")[2]
-        hits = _positions(list(map(str.endswith, names, repeat(tail))))
+        hits = positions(list(map(str.endswith, names, repeat(tail))))
         base = self.root + "/"
         units = hits if singles is None else list(map(singles.__getitem__, hits))
         found = [i for i, h in zip(units, hits, strict=True) if self.lock(i) == base + names[h]]
@@ -360,28 +320,30 @@ class UnitTable(LazySequence[Unit]):
             # Key k's files are named k or k + a suffix: look for those names, then confirm.
             names = set(wanted)
             names.update(k + s for k in wanted for s in self._suffixes)
-            hits = _positions(list(map(names.__contains__, self._rels_column())))
+            hits = positions(list(map(names.__contains__, self._rels_column())))
             return [i for i in self._units_of_files(hits) if self.key(i) in wanted]
-        return _positions(list(map(set(wanted).__contains__, self.keys())))
+        return positions(list(map(set(wanted).__contains__, self.keys())))
 
     def under(self, prefixes: tuple[str, ...]) -> list[int]:
         """Positions of the units whose key starts with one of ``prefixes`` (folder paths
         relative to the root, each ending with "/")."""
         if not prefixes:
             return []
-        if self.kind == "file" and self._units is None:
+        if self._units is None:
+            # A table built from files, not from Units: each unit's key is one of its files'
+            # names through the group, in that file's folder (``match_key``).
             rels = self._rels_column()
             # Most pins name a file, and no file is also a folder: one cheap pass (a set lookup
             # per name) rules those out before the costlier prefix test of every name.
             named = {p[:-1] for p in prefixes}
-            files = {rels[f] for f in _positions(list(map(named.__contains__, rels)))}
+            files = {rels[f] for f in positions(list(map(named.__contains__, rels)))}
             prefixes = tuple(p for p in prefixes if p[:-1] not in files)
             if not prefixes:
                 return []
-            # A file unit's key and its files' names share their folder part.
-            hits = _positions(list(map(str.startswith, rels, repeat(prefixes))))
+            # So a unit's key and its files' names share their folder part.
+            hits = positions(list(map(str.startswith, rels, repeat(prefixes))))
             return [i for i in self._units_of_files(hits) if self.key(i).startswith(prefixes)]
-        return _positions(list(map(str.startswith, self.keys(), repeat(prefixes))))
+        return positions(list(map(str.startswith, self.keys(), repeat(prefixes))))
 
     def locked_by(self, locked: Collection[str]) -> list[int]:
         """Positions of the units whose lock file is one of ``locked`` (absolute paths)."""
@@ -399,7 +361,7 @@ class UnitTable(LazySequence[Unit]):
                 }
                 return [i for i in self.with_keys(keys) if self.lock(i) in locked]
         if self._units is not None:
-            return _positions(list(map(locked.__contains__, map(_U_LOCK, self._units))))
+            return positions(list(map(locked.__contains__, map(_U_LOCK, self._units))))
         return [i for i in range(len(self)) if self.lock(i) in locked]
 
     def holding(self, inodes: Collection[tuple[int, int]]) -> list[int]:
@@ -416,7 +378,7 @@ class UnitTable(LazySequence[Unit]):
         ]
 
 
-def _positions(flags: list[bool]) -> list[int]:
+def positions(flags: list[bool]) -> list[int]:
     """Where the true values are (few, as a rule: each is found by a scan in C)."""
     out: list[int] = []
     i = -1
@@ -428,7 +390,7 @@ def _positions(flags: list[bool]) -> list[int]:
         return out
 
 
-# -- file units ----------------------------------------------------------------------------------
+# -- what a unit is shown and locked by ----------------------------------------------------------
 
 
 def _lock_path(root: str, template: str, key: str) -> str:
@@ -437,185 +399,6 @@ def _lock_path(root: str, template: str, key: str) -> str:
     return f"{root}/{folder}/{name}" if folder else f"{root}/{name}"
 
 
-def _one_suffix(rels: list[str], suffixes: frozenset[str], least: int) -> str | None:
-    """The suffix the group strips from every name, when it is one and the same for all ("":
-    no name ends with any); None when names differ, or one needs the regex to judge it.
-
-    Then no two files share a key (each is its name minus the same suffix), so the keys need
-    not even be made: a handful of passes in C over the names decide it.
-    """
-    if not rels or any(map(str.__contains__, rels, repeat("\n"))):
-        return None
-    first = rels[0]
-    ends = [s for s in suffixes if first.endswith(s)]
-    if not ends:
-        return None if any(map(str.endswith, rels, repeat(tuple(suffixes)))) else ""
-    s0 = max(ends, key=len)
-    if not all(map(str.endswith, rels, repeat(s0))):
-        return None
-    # A longer suffix ending with s0 would win for some names; a name that is s0 alone leaves
-    # no key (when one is required) and the regex falls back to a shorter suffix or none.
-    odd = tuple(s for s in suffixes if len(s) > len(s0) and s.endswith(s0))
-    if least:
-        odd += ("/" + s0,)
-        if s0 in rels:
-            return None
-    if odd and any(map(str.endswith, rels, repeat(odd))):
-        return None
-    return s0
-
-
-def _file_units(
-    snapshot: Snapshot,
-    tree: TreePolicy,
-    touches: Mapping[str, float],
-    include: re.Pattern[str] | None,
-    exclude: re.Pattern[str] | None,
-) -> UnitTable:
-    entries = snapshot.entries
-    kinds = np.fromiter(map(_MODE, entries), np.int64, len(entries)) & _IFMT
-    keep = kinds != stat.S_IFDIR
-    files: list[Entry] = list(entries) if keep.all() else list(compress(entries, keep.tolist()))
-    rels: list[str] = list(map(_REL, files))
-    if include is not None:
-        wanted = list(map(include.match, rels))
-        files, rels = list(compress(files, wanted)), list(compress(rels, wanted))
-    if exclude is not None:
-        kept = list(map(not_, map(exclude.match, rels)))
-        files, rels = list(compress(files, kept)), list(compress(rels, kept))
-    m = len(files)
-    root = snapshot.root
-    sizes = np.fromiter(map(_SIZE, files), np.int64, m)
-    lasts = np.maximum(
-        np.fromiter(map(_MTIME, files), np.float64, m),
-        np.fromiter(map(_ATIME, files), np.float64, m),
-    )
-    if touches:
-        for i in _positions(list(map(touches.__contains__, map(_PATH, files)))):
-            lasts[i] = max(lasts[i], touches[files[i].path])
-    common: dict[str, Any] = {"kind": "file", "root": root, "template": tree.lock or None}
-    # A table of one file to a unit, in walk order.
-    singles = partial(
-        UnitTable, files=files, starts=None, size=sizes, last_use=lasts, rels=rels, **common
-    )
-    # With a lock file named {key} + tail, a file is its unit's lock only if the group matched
-    # its name and stripped exactly that tail: known at once below where keys are not made.
-    lock = tree.lock or ""
-    keyed_lock = lock.startswith("{key}") and lock.count("{key}") == 1
-    none = np.zeros(0, np.int64)
-    if not tree.group:
-        # Every file its own unit, keyed by its path; no name matches a group.
-        idle = none if keyed_lock or not tree.lock else None
-        return singles(keys=rels, matched=np.zeros(m, np.bool_), idle=idle)
-    rx = re.compile(tree.group)
-    form = suffix_form(tree.group)
-    if form is not None:
-        least, _strip, ends = form
-        s0 = _one_suffix(rels, ends, least)
-        if s0 is not None:
-            idle = None
-            if keyed_lock:  # every name is its key + s0: all lock files, or none
-                idle = np.arange(m) if s0 and s0 == lock[5:] else none
-            return singles(
-                keys=rels if s0 == "" else None,
-                key_of=partial(match_key, rx),
-                matched=np.full(m, s0 != "", np.bool_),
-                suffixes=tuple(sorted(ends)),
-                idle=idle,
-            )
-    keys, matched = group_keys(tree.group, rels)
-    hits = np.ones(m, np.bool_) if matched is None else np.array(matched, np.bool_)
-    first: dict[str, int] = {}
-    ids = np.fromiter(map(first.setdefault, keys, range(m)), np.int64, m)
-    if len(first) == m:  # every key its own unit
-        return singles(keys=keys, matched=hits)
-    # Units in the order of their first file, each unit's files in walk order.
-    order = np.argsort(ids, kind="stable")
-    heads, counts = np.unique(ids, return_counts=True)
-    starts = np.zeros(len(heads) + 1, np.int64)
-    np.cumsum(counts, out=starts[1:])
-    cuts = starts[:-1]
-    where = order.tolist()
-    return UnitTable(
-        files=list(map(files.__getitem__, where)),
-        starts=starts,
-        size=np.add.reduceat(sizes[order], cuts),
-        last_use=np.maximum.reduceat(lasts[order], cuts),
-        rels=list(map(rels.__getitem__, where)),
-        keys=list(map(keys.__getitem__, heads.tolist())),
-        matched=np.logical_or.reduceat(hits[order], cuts),
-        **common,
-    )
-
-
 def _rel_order(e: Entry) -> tuple[int, str]:
     """A unit of several files is shown (and logged) as its shortest name: ``{fp}.wav``."""
     return len(e.rel), e.rel
-
-
-# -- folder units --------------------------------------------------------------------------------
-
-
-def _dir_units(
-    snapshot: Snapshot,
-    tree: TreePolicy,
-    touches: Mapping[str, float],
-    include: re.Pattern[str] | None,
-    exclude: re.Pattern[str] | None,
-) -> UnitTable:
-    # Each rule: a folder glob and what one of its entries must be named (TreePolicy.unit_rules).
-    rules = [(re.compile(fnmatch.translate(g)), _globs(req)) for g, req in tree.unit_rules()]
-    heads: dict[str, Entry] = {}
-    members: dict[str, list[Entry]] = {}
-    for e in snapshot.entries:
-        head, sep, _ = e.rel.partition("/")
-        if not sep:
-            if stat.S_ISDIR(e.mode) and any(g.match(head) for g, _ in rules):
-                heads[head] = e
-            continue
-        members.setdefault(head, []).append(e)
-    units = []
-    for head, folder in heads.items():
-        names = [e.rel[len(head) + 1 :] for e in members.get(head, ())]
-        names = [n for n in names if "/" not in n]
-        if not any(
-            g.match(head) and (req is None or any(map(req.match, names))) for g, req in rules
-        ):
-            continue  # a .tmp* folder of some other program: not ours to judge
-        if include is not None and not include.match(head):
-            continue
-        if exclude is not None and exclude.match(head):
-            continue
-        inside = members.get(head, [])
-        entries = (folder, *inside)
-        last = max(e.mtime for e in entries)
-        touched = max((touches.get(e.path, 0.0) for e in entries), default=0.0) if touches else 0.0
-        units.append(
-            Unit(
-                head,
-                "dir",
-                folder.path,
-                entries,
-                sum(e.size for e in entries),
-                max(last, touched),
-            )
-        )
-    return UnitTable.of(units, snapshot.root)
-
-
-# -- Hugging Face hub revisions ------------------------------------------------------------------
-
-
-def _revision_units(
-    snapshot: Snapshot,
-    touches: Mapping[str, float],
-    include: re.Pattern[str] | None,
-    exclude: re.Pattern[str] | None,
-) -> UnitTable:
-    """One unit per revision of a hub cache (``janitor.cleanup.hf_units``); ``include`` and
-    ``exclude`` match repository folder names."""
-    units = [
-        Unit(r.key, "hf_revision", r.path, r.entries, r.size, r.last_use)
-        for r in revisions(snapshot, touches, include, exclude)
-    ]
-    return UnitTable.of(units, snapshot.root)

@@ -20,10 +20,10 @@ from janitor.admission.jobs import reap_all
 from janitor.admission.reserve import live_reservations
 from janitor.admission.volume import Volume
 from janitor.cleanup.glance import still_there, writing
+from janitor.cleanup.kinds import group_units
 from janitor.cleanup.plan import Plan, Protection, ScannedTree, plan_pressure, plan_tree
 from janitor.cleanup.scan import scan
 from janitor.cleanup.staging import StagingJobs, read_staging
-from janitor.cleanup.units import group_units
 from janitor.config.policy import Policy, TreePolicy
 from janitor.errors import LedgerError
 from janitor.host.inuse import lock_held, locked_inodes, open_inodes

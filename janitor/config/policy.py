@@ -55,6 +55,7 @@ from janitor.config.policy_errors import (
     raise_all,
     read_error,
 )
+from janitor.config.unit_rules import HF_MISSING, UNIT_RULES, hf_hub_installed
 from janitor.errors import ConfigError, UnknownTree
 from janitor.sizes import format_size, parse_duration, parse_size
 
@@ -124,24 +125,6 @@ FORBIDDEN_SUBTREES = (
     "/System",
     "/private/etc",
 )
-
-#: Why a policy with ``units = "hf_revision"`` is refused where huggingface_hub is missing.
-HF_MISSING = (
-    "needs the huggingface_hub package, which is not installed for this Python; install "
-    "space-janitor's hf extra (pip install 'space-janitor[hf]', or '.[hf]' in its clone), "
-    'or keep role = "report"'
-)
-
-
-def hf_hub_installed() -> bool:
-    """Whether huggingface_hub can be imported here (looked up, not imported: it is slow)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("huggingface_hub") is not None
-    except (ImportError, ValueError):
-        return False
-
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -364,14 +347,17 @@ class TreePolicy(_Model):
         if isinstance(self.unit_requires, dict) and "unit_glob" in self.model_fields_set:
             why = "with a table of unit_requires, its keys are the folder globs; drop unit_glob"
             problems.append(problem(("unit_glob",), why, self.unit_glob))
-        for key in ("unit_requires", "active_jobs"):
-            if key in self.model_fields_set and self.units != "dir":
-                why = 'applies to units = "dir" only'
-                problems.append(problem((key,), why, str(getattr(self, key))))
+        for kind in UNIT_RULES.values():
+            for key in kind.own_keys:
+                if key in self.model_fields_set and self.units != kind.name:
+                    why = f'applies to units = "{kind.name}" only'
+                    problems.append(problem((key,), why, str(getattr(self, key))))
         if self.active_jobs is not None and self.role != "scratch":
             why = 'applies to role = "scratch" only'
             problems.append(problem(("active_jobs",), why, self.active_jobs))
-        problems += self._hf_problems()
+        problems += [
+            problem((p.key,), p.why, p.value) for p in UNIT_RULES[self.units].problems(self)
+        ]
         low, quota = self.low_watermark.nbytes, self.quota.nbytes if self.quota else None
         if low is not None and quota is not None and low > quota:
             why = f"must not exceed quota ({self.quota})"
@@ -383,29 +369,18 @@ class TreePolicy(_Model):
             raise_all("TreePolicy", problems)
         return self
 
-    def _hf_problems(self) -> list[InitErrorDetails]:
-        """``units = "hf_revision"``: a cache of Hugging Face hub revisions, deleted through
-        huggingface_hub's own cache API, so that package must be there (the ``hf`` extra)."""
-        if self.units != "hf_revision":
-            return []
-        problems = []
-        if self.role != "cache":
-            why = 'applies to role = "cache" only (with a quota: whole revisions are evicted)'
-            problems.append(problem(("units",), why, self.units))
-        elif not hf_hub_installed():
-            problems.append(problem(("units",), HF_MISSING, self.units))
-        for key in ("group", "lock"):
-            if getattr(self, key) is not None:
-                why = 'does not apply to units = "hf_revision" (a unit is a whole revision)'
-                problems.append(problem((key,), why, getattr(self, key)))
-        return problems
-
     @property
     def evicts_for_room(self) -> bool:
         """Whether volume pressure and make-room may evict this tree's units: any cache but
         one of Hugging Face revisions, which only its own quota (or max_age) evicts: an
         offline machine cannot download a model again."""
-        return self.role == "cache" and self.units != "hf_revision"
+        return self.role == "cache" and UNIT_RULES[self.units].evicted_for_room
+
+    @property
+    def holds_jobs(self) -> bool:
+        """Whether the tree's units are job folders: a scratch tree whose every unit is a folder
+        right under its root (``units = "dir"``, like the default policy's ``job_tmp``)."""
+        return self.role == "scratch" and UNIT_RULES[self.units].folders
 
     @model_validator(mode="before")
     @classmethod
@@ -435,17 +410,10 @@ class TreePolicy(_Model):
 
     def unit_key(self, rel: str) -> str:
         """The key of the unit that a path (relative to the root) belongs or would belong to:
-        its folder right under the root (``dir`` units), else its file name through ``group``
-        (``{fp}.tmp.wav``, ``{fp}.wav`` and ``{fp}.wav.lock`` are one unit, ``{fp}``), in its
-        folder. A ``hf_revision`` tree's keys are :mod:`janitor.cleanup.hf_units`' to make."""
-        if self.units == "dir":
-            return rel.split("/", 1)[0]
-        folder, _, name = rel.rpartition("/")
-        if self.group:
-            m = re.match(self.group, name)
-            if m:
-                name = m.group("key")
-        return f"{folder}/{name}" if folder else name
+        its folder right under the root (``dir`` units), its revision (``hf_revision``), else
+        its file name through ``group`` (``{fp}.tmp.wav``, ``{fp}.wav`` and ``{fp}.wav.lock``
+        are one unit, ``{fp}``), in its folder (:mod:`janitor.config.unit_rules`)."""
+        return UNIT_RULES[self.units].key(self.group, rel)
 
     def is_unit_folder(self, name: str, entries: Callable[[], Iterable[str]]) -> bool:
         """Whether a folder ``name`` right under the root is one of this tree's units;

@@ -430,7 +430,7 @@ def _unit_folders(jan: Janitor) -> frozenset[tuple[int, int]]:
     before the run, never its own."""
     found: set[tuple[int, int]] = set()
     for tree in jan.policy.trees.values():
-        if tree.role != "scratch" or tree.units != "dir":
+        if not tree.holds_jobs:
             continue
         try:
             with os.scandir(tree.path) as it:

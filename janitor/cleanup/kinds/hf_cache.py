@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from janitor.cleanup.scan import Entry, Snapshot
 
-__all__ = ["Revision", "revision_key", "revisions"]
+__all__ = ["Revision", "revisions"]
 
 #: Symlink hops followed from a snapshot file (huggingface_hub makes one or two).
 _HOPS = 8
@@ -44,20 +44,11 @@ _HOPS = 8
 class Revision(NamedTuple):
     """One revision of one repository, as a unit: what units.Unit is built from."""
 
-    key: str  # "models--org--name/snapshots/<commit>"
+    key: str  # "models--org--name/snapshots/<commit>" (unit_rules.revision_key of its paths)
     path: str  # the snapshot folder
     entries: tuple[Entry, ...]
     size: int  # allocated bytes of the entries it owns (see the module docstring)
     last_use: float
-
-
-def revision_key(rel: str) -> str:
-    """The key of the revision a path (relative to the root) is part of; the path itself when
-    it lies outside every snapshot folder (a blob's revisions are known only from a scan)."""
-    parts = rel.split("/", 3)
-    if len(parts) >= 3 and parts[1] == "snapshots" and parts[2]:
-        return "/".join(parts[:3])
-    return rel
 
 
 def revisions(

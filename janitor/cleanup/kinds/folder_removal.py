@@ -1,4 +1,4 @@
-"""Removing a folder unit (``units = "dir"``: a job's ``.tmpXXXXXX`` folder), at any depth.
+"""Removing a folder unit (the ``dir`` kind: a job's ``.tmpXXXXXX`` folder), at any depth.
 
 The whole folder is checked first, every entry against the scan (:func:`_walk_verify`): anything
 new or changed means a job is still writing, and nothing of it is removed. Then it goes bottom
@@ -13,11 +13,14 @@ import errno
 import os
 import stat
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from janitor.cleanup.recheck import Partial, Rechecks, Skip, close_held, why
 from janitor.cleanup.scan import Entry
-from janitor.cleanup.units import Unit
 from janitor.host.fdwalk import FolderChain, FolderChanged
+
+if TYPE_CHECKING:
+    from janitor.cleanup.units import Unit
 
 __all__ = ["remove_folder_unit"]
 

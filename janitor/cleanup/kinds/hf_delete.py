@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from janitor.cleanup.scan import Entry
-from janitor.config.policy import HF_MISSING
+from janitor.config.unit_rules import HF_MISSING
 from janitor.host.fdwalk import DIR_FLAGS
 from janitor.host.inuse import lock_held
 
