@@ -185,8 +185,13 @@ def test_a_conversion_awaits_use_under_its_key_and_the_first_cut_takes_it_over(
     with site(tmp_path) as s, running_daemon(s.setup):
         first = s.start("--groups", "0", "--probe", "--utr-s", "30", "--report", report,
                         m4a(20))  # fmt: skip
-        marks = eventually(lambda: awaiting(s), timeout=60, what="the conversion's mark")
-        (wav,) = [w for w in s.cache.glob("*.wav") if ".tmp" not in w.name]
+        eventually(lambda: awaiting(s), timeout=60, what="the conversion's mark")
+        # The mark is made as the conversion is admitted; the WAV appears at its rename.
+        (wav,) = eventually(
+            lambda: [w for w in s.cache.glob("*.wav") if ".tmp" not in w.name], timeout=60,
+            what="the converted WAV",
+        )  # fmt: skip
+        marks = awaiting(s)
         assert [m["unit"] for m in marks] == [wav.stem] and marks[0]["path"].endswith(".tmp.wav")
         assert marks[0]["bytes"] == wav.stat().st_blocks * 512  # the renamed file, by its key
         assert marks[0]["prober_pid"] == first.pid
