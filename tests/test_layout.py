@@ -159,6 +159,22 @@ def test_the_guards_wire_stands_alone() -> None:
     assert "janitor.jobs.writes" in GRAPH["janitor.daemon.api"]
 
 
+def test_ctypes_is_loaded_only_in_the_host_layer() -> None:
+    """Calls into libc (``prctl`` for PR_SET_PDEATHSIG) live in ``janitor.host``, as watchdog
+    keeps its inotify calls apart."""
+    outside = sorted(
+        name
+        for name, path in MODULES.items()
+        if not name.startswith("janitor.host")
+        and any(
+            (isinstance(node, ast.Import) and any(a.name == "ctypes" for a in node.names))
+            or (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ctypes"))
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    )
+    assert outside == []
+
+
 def sql_literals(path: Path) -> Iterator[int]:
     keywords = ("SELECT ", "INSERT ", "UPDATE ", "DELETE FROM", "CREATE TABLE", "PRAGMA ")
     for node in ast.walk(ast.parse(path.read_text())):
