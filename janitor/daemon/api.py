@@ -422,7 +422,7 @@ class _Calls:
 
     def __init__(self, daemon: DaemonView, offload: Offload) -> None:
         self.daemon = daemon
-        #: Work to run after an answer is handed back (janitor.jobs.probe_call's marking).
+        #: Work to run after an answer is handed back (janitor.guarding.probe's marking).
         self.after = offload.after
         #: Queued calls by ticket, between their 202 answer and their wait (and since when).
         self._queued: dict[str, tuple[Any, float]] = {}
