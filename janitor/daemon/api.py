@@ -422,7 +422,7 @@ class _Calls:
 
     def __init__(self, daemon: DaemonView, offload: Offload) -> None:
         self.daemon = daemon
-        #: Work to run after an answer is handed back (janitor.guarding.probe's marking).
+        #: Work to run after an answer is handed back (janitor.guarding.probe_call's marking).
         self.after = offload.after
         #: Queued calls by ticket, between their 202 answer and their wait (and since when).
         self._queued: dict[str, tuple[Any, float]] = {}
@@ -525,7 +525,7 @@ class _Calls:
         return verdict.status, _dumps(verdict.body)
 
     def guard_probe(self, req: ProbeCall) -> tuple[int, bytes]:
-        from janitor.guarding.probe import decide_probe
+        from janitor.guarding.probe_call import decide_probe
 
         if not os.path.isabs(req.cwd):
             return 422, _dumps({"error": "bad_request", "message": f"cwd {req.cwd!r} is relative"})

@@ -16,7 +16,7 @@ The modules, in the order a call flows through them:
 - ``queue`` and ``wait``: room made, then a turn in the volume's queue, up to the deadline;
 - ``close``: what the call alone held, ended;
 - ``lines``: the words both front ends print and log; ``verdict``: the call decided whole;
-  ``probe``: the guarded ffprobe's calls.
+  ``probe_call``: the guarded ffprobe's calls.
 
 ``protocol``, ``held`` and ``mark`` are stdlib only: the guards load them at every start, so
 this package's own module imports nothing.
