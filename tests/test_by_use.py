@@ -346,10 +346,13 @@ def test_a_later_write_passes_the_head_of_the_queue_only_if_it_does_not_delay_it
     """Backfill with a reservation for the head (Slurm's): job J (20 MiB) runs; H, the head,
     waits for 30 MiB, 20 of which J gives back when it ends; W1 (2 MiB) fits in what H does not
     need from what is free now and is admitted at once, ahead of H; W2 (4 MiB) would make H wait
-    past J's end and is refused (``janitor.jobs.writes``, as the guard calls it)."""
+    past J's end and is refused (``janitor.guarding``, as the guard's verdict calls it)."""
     from janitor.core import Janitor
     from janitor.errors import ReservationRefused
-    from janitor.jobs.writes import CallRequest, PlannedWrite, Queued, grant, prepare
+    from janitor.guarding.grant import grant
+    from janitor.guarding.prepare import prepare
+    from janitor.guarding.queue import Queued
+    from janitor.guarding.request import CallRequest, PlannedWrite
 
     with site(tmp_path, size="64m", floor="8MiB") as s:
         s.setup.apply_env(monkeypatch)

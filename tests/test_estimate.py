@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from janitor.errors import ConfigError
+from janitor.guarding.ffmpeg import wav_header_bytes
 from janitor.jobs.estimate import WAV_HEADER_BYTES, pcm_bytes
-from janitor.jobs.ffmpeg import wav_header_bytes
 
 from .conftest import JANITOR_BIN, one_line_error
 

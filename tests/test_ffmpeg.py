@@ -1,4 +1,4 @@
-"""The ffmpeg estimator (``janitor.jobs.ffmpeg``) against the real ffmpeg 5.x and ffprobe.
+"""The ffmpeg estimator (``janitor.guarding.ffmpeg``) against the real ffmpeg 5.x and ffprobe.
 
 Every estimate is compared with the size of the file the real ffmpeg then writes from the same
 argument list; the brief's three command lines must be exact or within 1 %. Skipped with the
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from janitor.jobs import ffmpeg
+from janitor.guarding import ffmpeg
 
 FFMPEG = shutil.which("ffmpeg")
 FFPROBE = shutil.which("ffprobe")

@@ -494,8 +494,8 @@ def test_an_unestimable_call_leaves_one_debug_line_in_the_guard_log(
 
 
 def test_information_options_are_the_ones_the_estimator_stops_at() -> None:
-    from janitor.jobs import ffmpeg
-    from janitor.jobs.ffmpeg.args import EXIT, OPTIONS
+    from janitor.guarding import ffmpeg
+    from janitor.guarding.ffmpeg.args import EXIT, OPTIONS
     from janitor.jobs.guard import INFO_OPTIONS, asks_only_for_information
 
     exits = {f"-{name}" for name, kind in OPTIONS.items() if kind & EXIT}
@@ -532,7 +532,7 @@ def test_ffmpeg_version_is_execd_before_the_estimator_loads_and_is_not_logged(
         if line.startswith("import time:")
     ]
     assert "janitor.jobs.guard" in imported, traced.stderr
-    assert "janitor.jobs.ffmpeg" not in imported, imported
+    assert "janitor.guarding.ffmpeg" not in imported, imported
     for args in (["-version"], ["-buildconf"], ["-h"], []):
         guarded, bare = _both(guard, args, tmp_path)
         assert (guarded.returncode, guarded.stdout) == (bare.returncode, bare.stdout), args

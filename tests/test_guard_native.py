@@ -9,13 +9,16 @@ tree. The "daemons" that misbehave are small Unix-socket servers in a thread of 
 
 from __future__ import annotations
 
+import ast
 import json
+import operator
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -27,8 +30,9 @@ import psutil
 import pytest
 
 import janitor
+from janitor.guarding import mark, protocol
 from janitor.host.fastpaths import PORTABLE
-from janitor.jobs import call, guard
+from janitor.jobs import guard, probe_guard, supervise, watch
 
 from ._daemon_helpers import eventually, socket_answers
 from .conftest import JANITOR_BIN, PCM_RATE, REAL_FFMPEG, Pipeline
@@ -42,24 +46,104 @@ pytestmark = [
     ),
 ]
 
-GUARD_C = Path(janitor.__file__).parent / "native" / "guard.c"
+NATIVE = Path(janitor.__file__).parent / "native"
+GUARD_C = NATIVE / "guard.c"
+
+
+def _c_sources() -> str:
+    """guard.c and the headers of ours it includes, as one text."""
+    text = GUARD_C.read_text()
+    for name in re.findall(r'^#include "([^"]+)"', text, re.M):
+        text += "\n" + (NATIVE / name).read_text()
+    return text
+
+
+#: The operators a constant of guard.c is written with.
+_C_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+          ast.Div: operator.truediv, ast.LShift: operator.lshift}  # fmt: skip
+
+
+def _c_value(text: str) -> object:
+    """The value of a ``#define``'s body as C reads it: a string literal, or a number written
+    with + - * / << and parentheses; None for anything else (a cast, another macro)."""
+    if re.fullmatch(r'"(?:[^"\\]|\\.)*"', text):
+        return ast.literal_eval(text)
+
+    def value(node: ast.expr) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _C_OPS:
+            return float(_C_OPS[type(node.op)](value(node.left), value(node.right)))
+        raise ValueError(text)
+
+    try:
+        return value(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _c_defines() -> dict[str, object]:
+    """Every object-like ``#define`` of the compiled front end, by name, with its value."""
+    found = re.findall(r"^#define (\w+)[ \t]+(.+?)[ \t]*$", _c_sources(), re.M)
+    return {name: _c_value(body) for name, body in found}
 
 
 def _c_strings(name: str) -> list[str]:
     """The strings of the C array ``name`` in guard.c."""
-    text = GUARD_C.read_text()
-    body = re.search(rf"{name}\[\] = \{{(.*?)\}};", text, re.S)
+    body = re.search(rf"\b{name}\[\] = \{{(.*?)\}};", _c_sources(), re.S)
     assert body, name
     return re.findall(r'"([^"]*)"', body.group(1))
 
 
-def test_the_c_front_end_knows_the_same_information_options_and_variables() -> None:
-    assert set(_c_strings("INFO_OPTIONS")) == guard.INFO_OPTIONS
-    assert tuple(_c_strings("CALL_ENV")) == call.CALL_ENV
-    assert f'"{guard.GUARD_MARK.decode()}"' in GUARD_C.read_text()
-    assert f'"{guard.FALLBACK_ENV}"' in GUARD_C.read_text()
-    assert f'#define ELAPSED_ENV "{guard.ELAPSED_ENV}"' in GUARD_C.read_text()
-    assert f"#define WAIT_GRACE_MS {guard.WAIT_GRACE_S * 1000:.0f}" in GUARD_C.read_text()
+#: guard.c's constants that Python holds too, with Python's value (C's milliseconds are
+#: Python's seconds x 1000).
+SHARED: dict[str, object] = {
+    "GUARD_MARK": mark.GUARD_MARK.decode(),
+    "EXIT_REFUSED": guard.EXIT_REFUSED,
+    "EXIT_NO_FFMPEG": guard.EXIT_NO_FFMPEG,
+    "FALLBACK_ENV": guard.FALLBACK_ENV,
+    "ELAPSED_ENV": guard.ELAPSED_ENV,
+    "WAIT_GRACE_MS": guard.WAIT_GRACE_S * 1000,
+    "CALL_MS_DEFAULT": guard.ANSWER_TIMEOUT_S * 1000,
+    "PROBE_MS": probe_guard.ANSWER_TIMEOUT_S * 1000,
+    "LOG_ROTATE": guard.LOG_ROTATE_BYTES,
+    "POLL_MS": watch.POLL_S * 1000,
+    "MARGIN": watch.MARGIN,
+    "SLACK": watch.SLACK,
+    "STOP_GRACE_MS": watch.STOP_GRACE_S * 1000,
+}
+#: guard.c's own bounds, with nothing in Python to agree with (the Python guard's client has
+#: one timeout for every answer; the answer and request sizes bound what C reads and writes).
+C_ONLY = {"CONNECT_MS", "RISK_MS", "RELEASE_MS", "MAX_ANSWER", "MAX_REQUEST", "MAX_SIDECAR",
+          "SEND_FLAGS", "NFORWARDED"}  # fmt: skip
+
+
+def test_the_c_front_end_holds_the_python_guards_constants() -> None:
+    """The compiled front end's constants, read as C reads them, are Python's: what it
+    watches with (the margin, the slack, the poll, the grace before SIGKILL), its exit codes,
+    timeouts and log rotation, what it tells the Python guard it hands a call to, and every
+    variable and setting it sends with a call. A constant of guard.c that is neither shared
+    nor its own fails here, so a new one is placed on one side or the other."""
+    # the reader reads C as C does: numbers as written, strings unescaped, the rest not at all
+    assert _c_value("(256.0 * 1024.0)") == 262144 and _c_value("(1 << 20)") == 1 << 20
+    assert _c_value('"a \\"b\\""') == 'a "b"' and _c_value("0.05") == 0.05
+    assert _c_value("MSG_NOSIGNAL") is None and _c_value("((int)(sizeof X))") is None
+    defines = _c_defines()
+    assert set(defines) <= set(SHARED) | C_ONLY, set(defines) - set(SHARED) - C_ONLY
+    for name, python in SHARED.items():
+        assert name in defines, name
+        if isinstance(python, str):
+            assert defines[name] == python, name
+        else:
+            assert defines[name] == pytest.approx(python), (name, defines[name], python)
+    assert sorted(_c_strings("INFO_OPTIONS")) == sorted(guard.INFO_OPTIONS)
+    assert tuple(_c_strings("CALL_ENV")) == protocol.CALL_ENV
+    assert tuple(_c_strings("PROBE_ENV")) == protocol.PROBE_ENV
+    assert tuple(_c_strings("keys")) == protocol.CONFIG_KEYS
+    forwarded = re.search(r"FORWARDED\[\] = \{(.*?)\};", _c_sources(), re.S)
+    assert forwarded
+    names = [n.strip() for n in forwarded.group(1).split(",") if n.strip()]
+    assert names == [signal.Signals(s).name for s in supervise.FORWARDED_SIGNALS]
 
 
 # -- fixtures -------------------------------------------------------------------------------------
@@ -637,6 +721,91 @@ def test_no_compiler_or_one_that_fails_means_the_python_guard_said_why(
     assert state["front_end"]["kind"] == "python" and state["current"], state
     assert state["would_install"]["kind"] == "python", state
     failed[0].unlink()
+
+
+# -- one protocol: both front ends send the same call ---------------------------------------------
+
+
+class RecordingDaemon(FakeDaemon):
+    """A daemon that keeps each request (its request line and JSON body) and answers ``exec``,
+    with a line to log, as the daemon does for a call with nothing to reserve."""
+
+    LOG = "unguarded (the recording daemon says so): ffmpeg"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+        super().__init__(lambda conn: None)
+
+    def _one(self, conn: socket.socket) -> None:
+        try:
+            conn.settimeout(5)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = re.search(rb"content-length: *(\d+)", head, re.I)
+            assert length is not None
+            while len(body) < int(length.group(1)):
+                body += conn.recv(65536)
+            self.seen.append((head.split(b"\r\n")[0].decode(), json.loads(body)))
+            verdict = {"action": "exec", "log": self.LOG, "debug": True}
+            conn.sendall(_http(200, json.dumps(verdict).encode()))
+        except OSError:
+            pass
+
+
+def test_both_front_ends_send_the_call_as_they_got_it_to_one_endpoint(
+    run_cli: Cli, wav: Path, vol: Pipeline, tmp_path: Path
+) -> None:
+    """The Python guard speaks the compiled front end's protocol: one ``POST /v1/guard/call``
+    with the call as it got it (arguments, folder, parent, the real ffmpeg, the variables that
+    shape it and the settings ``shim install`` resolved), the same body but for the guard's own
+    pid and the seconds it took to start, and no estimate of its own (the daemon makes it: the
+    estimator is never loaded); each then carries out the daemon's verdict."""
+    from janitor.host import cbuild
+
+    if cbuild.compiler() is None:
+        pytest.skip(f"the compiled front end needs a C compiler: {cbuild.why_not()}")
+    daemon = RecordingDaemon()
+    try:
+        env = {**os.environ, "JANITOR_RUNTIME_DIR": str(daemon.dir), "JANITOR_JOB": "j1",
+               "JANITOR_GUARD_WAIT_S": "7"}  # fmt: skip
+        sent = {}
+        out = vol.tmp / "g.pcm"
+        for front in ("compiled", "python"):
+            folder = tmp_path / front
+            done = run_cli("shim", "install", "--dir", folder, "--front-end", front)
+            assert done.returncode == 0, done.stderr
+            out.unlink(missing_ok=True)
+            script = folder / ("ffmpeg.guard" if front == "compiled" else "ffmpeg")
+            argv = [str(folder / "ffmpeg"), *_cut(str(out), wav)]
+            if front == "python":  # its imports too: the library stays unloaded
+                argv = [sys.executable, "-I", "-S", "-X", "importtime", str(script), *argv[1:]]
+            call = subprocess.run(argv, capture_output=True, cwd=vol.tmp, env=env, timeout=60)
+            assert call.returncode == 0, call.stderr
+            assert out.stat().st_size == PCM_RATE  # the verdict said exec: ffmpeg ran as it is
+            (sent[front],) = daemon.seen[len(sent) :]
+            imported = {ln.rpartition(b"|")[2].strip().decode() for ln in call.stderr.splitlines()
+                        if ln.startswith(b"import time:")}  # fmt: skip
+            assert {m for m in imported if m.startswith(("janitor.guarding.ffmpeg",
+                    "janitor.guarding.verdict", "janitor.core"))} == set(), imported  # fmt: skip
+    finally:
+        daemon.close()
+    (line_c, body_c), (line_p, body_p) = sent["compiled"], sent["python"]
+    assert line_c == line_p == "POST /v1/guard/call HTTP/1.1"
+    assert body_p.pop("elapsed_s") >= 0  # the compiled front end, a millisecond in, says none
+    assert body_c.pop("owner_pid") != body_p.pop("owner_pid")  # each guard is its own process
+    assert body_c == body_p
+    assert body_c["args"] == [str(a) for a in _cut(str(out), wav)]
+    assert body_c["writer_pid"] == os.getpid() and body_c["cwd"] == str(vol.tmp)
+    assert body_c["env"] == {k: env[k] for k in protocol.CALL_ENV if env.get(k)}
+    assert {"JANITOR_JOB": "j1", "JANITOR_GUARD_WAIT_S": "7"}.items() <= body_c["env"].items()
+    assert set(body_c["config"]) == set(protocol.CONFIG_KEYS)
+    logged = [ln for ln in _log_lines() if RecordingDaemon.LOG in ln]
+    assert len(logged) == 2 and all(" DEBUG " in ln for ln in logged), logged
 
 
 # -- the daemon's side: POST /v1/guard/call -------------------------------------------------------

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import janitor
 from janitor.admission.reserve import Admission
 from janitor.errors import NeverFits, ReservationRefused
+from janitor.guarding.held import HeldWrite, WriteSession, Written
 from janitor.jobs.daemon_client import dumps, loads
-from janitor.jobs.held import HeldWrite, WriteSession, Written
 
 text = st.text(st.characters(exclude_categories=["Cs"]))
 values: st.SearchStrategy[Any] = st.recursive(
@@ -46,13 +46,16 @@ def test_broken_json_is_an_error_not_a_value(bad: bytes) -> None:
         loads(bad)
 
 
+#: What the guarded ffmpeg loads to send a call and carry out its verdict.
+WIRE = ("janitor.jobs.daemon_client", "janitor.guarding.held", "janitor.guarding.protocol",
+        "janitor.jobs.watch", "janitor.jobs.guard")  # fmt: skip
+
+
 def test_the_guards_wire_loads_nothing_heavy() -> None:
-    """The client, its JSON and the held values load none of what they exist to avoid."""
+    """The client, its JSON, the protocol, the held values and the watch of a running writer
+    load none of what they exist to avoid, nor the guard that uses them."""
     root = str(Path(janitor.__file__).parent.parent)
-    code = (
-        f"import sys; sys.path[:0] = [{root!r}]; "
-        "import janitor.jobs.daemon_client, janitor.jobs.held"
-    )
+    code = f"import sys; sys.path[:0] = [{root!r}]; import {', '.join(WIRE)}"
     traced = subprocess.run(
         [sys.executable, "-I", "-S", "-X", "importtime", "-c", code],
         capture_output=True,
@@ -65,8 +68,10 @@ def test_the_guards_wire_loads_nothing_heavy() -> None:
         for line in traced.stderr.splitlines()
         if line.startswith("import time:")
     }
-    assert {"janitor.jobs.daemon_client", "janitor.jobs.held"} <= imported
+    assert set(WIRE) <= imported
     heavy = {"typing", "dataclasses", "json", "re", "socket", "enum", "http.client"}
+    # nor the decision, the estimator or the library: only a call no daemon takes loads them
+    heavy |= {"janitor.guarding.verdict", "janitor.guarding.ffmpeg", "janitor.core"}
     assert imported & heavy == set()
 
 

@@ -493,7 +493,7 @@ class Lib:
     src: Path
 
     def cut(self, folder: str, n: int, nbytes: int, whole: int) -> Any:
-        from janitor.jobs.writes import CallRequest, PlannedWrite
+        from janitor.guarding.request import CallRequest, PlannedWrite
 
         out = self.tmp / folder / "fa_v2" / "audio" / f"fa-v2-audio-1-{n}.pcm"
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -521,7 +521,8 @@ def lib(tmpfs: Callable[..., Path], write_policy: Callable[..., Path]) -> Iterat
 
 
 def test_later_cuts_draw_on_the_working_set_with_no_new_admission(lib: Lib) -> None:
-    from janitor.jobs.writes import close_writes, open_writes
+    from janitor.guarding.close import close_writes
+    from janitor.guarding.wait import open_writes
 
     first = open_writes(lib.jan, lib.cut(".tmpjob", 0, MiB, 10 * MiB))
     (held,) = first.writes
@@ -543,7 +544,7 @@ def test_later_cuts_draw_on_the_working_set_with_no_new_admission(lib: Lib) -> N
 
 def test_a_later_cut_of_a_job_put_at_risk_is_stopped_before_ffmpeg_runs(lib: Lib) -> None:
     from janitor.errors import SpaceRisk
-    from janitor.jobs.writes import open_writes
+    from janitor.guarding.wait import open_writes
 
     first = open_writes(lib.jan, lib.cut(".tmpjob", 0, MiB, 8 * MiB))
     hog = fill_file(lib.mount / "hog.bin", free_of(lib.mount) - 2 * MiB)  # below the floor
@@ -556,7 +557,7 @@ def test_a_later_cut_of_a_job_put_at_risk_is_stopped_before_ffmpeg_runs(lib: Lib
 
 def test_a_working_set_that_could_never_fit_is_refused_at_once_with_the_numbers(lib: Lib) -> None:
     from janitor.errors import NeverFits
-    from janitor.jobs.writes import open_writes
+    from janitor.guarding.wait import open_writes
 
     req = lib.cut(".tmpbig", 0, MiB, 40 * MiB)  # more than the 32 MiB volume can ever give
     started = time.monotonic()
@@ -579,7 +580,7 @@ def test_a_job_folder_that_held_older_files_is_not_removed_at_once(lib: Lib) -> 
     os.utime(old, (hour_ago, hour_ago))
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        from janitor.jobs.writes import open_writes
+        from janitor.guarding.wait import open_writes
 
         req = dataclasses.replace(lib.cut(".tmptheirs", 0, MiB, 2 * MiB), writer_pid=child.pid)
         open_writes(lib.jan, req)
@@ -595,7 +596,7 @@ def test_a_job_folder_that_held_older_files_is_not_removed_at_once(lib: Lib) -> 
 
 
 def test_a_jobs_working_set_cannot_be_renewed_and_shows_no_ttl(lib: Lib, run_cli: Cli) -> None:
-    from janitor.jobs.writes import open_writes
+    from janitor.guarding.wait import open_writes
 
     session = open_writes(lib.jan, lib.cut(".tmpjob", 0, MiB, 4 * MiB))
     rid = session.writes[0].reservation
@@ -617,7 +618,7 @@ def test_a_job_lives_while_any_of_its_writers_runs(lib: Lib) -> None:
     """Two writers: the first, which made the first cut (and owns its working set and the pin),
     dies; the job lives on with the second, keeps its working set (later cuts still draw on
     it, with no new admission) and what it reads."""
-    from janitor.jobs.writes import open_writes
+    from janitor.guarding.wait import open_writes
 
     w1, w2 = _sleeper(), _sleeper()
     try:
@@ -651,7 +652,7 @@ def test_pid_1_is_a_writer_like_any_other(lib: Lib) -> None:
     """A server that is a container's entrypoint runs ffmpeg as PID 1: its jobs live while it
     does (before, the guard itself was taken for the writer, and the job's folder went at the
     next reap, mid-job)."""
-    from janitor.jobs.writes import open_writes
+    from janitor.guarding.wait import open_writes
 
     guard = _sleeper()  # the guard: it exits after the call
     try:
@@ -669,7 +670,8 @@ def test_pid_1_is_a_writer_like_any_other(lib: Lib) -> None:
 
 def test_a_write_into_a_folder_without_a_pipeline_scope_is_no_job(lib: Lib) -> None:
     """``.tmp*`` folders of other programs (no fa_v2, asr_v2 ...) are not the pipeline's jobs."""
-    from janitor.jobs.writes import CallRequest, PlannedWrite, open_writes
+    from janitor.guarding.request import CallRequest, PlannedWrite
+    from janitor.guarding.wait import open_writes
 
     out = lib.tmp / ".tmpRUSTC" / "out.pcm"
     out.parent.mkdir()
@@ -689,7 +691,11 @@ def test_a_queued_call_keeps_its_input_pinned_while_it_waits_and_after(
     import threading
 
     from janitor import Janitor
-    from janitor.jobs.writes import CallRequest, PlannedWrite, Queued, grant, prepare, wait
+    from janitor.guarding.grant import grant
+    from janitor.guarding.prepare import prepare
+    from janitor.guarding.queue import Queued
+    from janitor.guarding.request import CallRequest, PlannedWrite
+    from janitor.guarding.wait import wait
 
     mount = tmpfs("32m")
     cache = mount / "cache"

@@ -26,6 +26,7 @@ LAYERS = [
     ("janitor.admission",),
     ("janitor.cleanup",),
     ("janitor.handles", "janitor.reserving", "janitor.core", "janitor.status", "janitor.usage"),
+    ("janitor.guarding",),
     ("janitor.jobs", "janitor.guard"),
     ("janitor.doctor", "janitor.service"),
     ("janitor.daemon",),
@@ -149,14 +150,49 @@ def test_storage_never_knows_janitor() -> None:
 
 
 def test_the_guards_wire_stands_alone() -> None:
-    """The guard's client and the values a guarded call holds import no other module of ours
-    (the guarded ffmpeg loads them on every call), and the daemon imports neither the guard nor
-    its client: it ends a call's writes through ``janitor.jobs.writes``, beside opening them."""
+    """The guard's client, the protocol and values its front ends share, and the watch of a
+    running writer import no other module of ours than the few the guard loads anyway (the
+    guarded ffmpeg loads them on every call), and the daemon imports neither the guard nor its
+    client: it decides and ends a call's writes through ``janitor.guarding``."""
     assert GRAPH["janitor.jobs.daemon_client"] == []
-    assert GRAPH["janitor.jobs.held"] == []
+    assert GRAPH["janitor.guarding.held"] == []
+    assert GRAPH["janitor.guarding.protocol"] == []
+    assert GRAPH["janitor.guarding.mark"] == []
+    assert GRAPH["janitor.jobs.watch"] == ["janitor.jobs.supervise"]
     daemon = {t for m, ts in GRAPH.items() if m.startswith("janitor.daemon") for t in ts}
     assert daemon & {"janitor.jobs.guard", "janitor.jobs.daemon_client"} == set()
-    assert "janitor.jobs.writes" in GRAPH["janitor.daemon.api"]
+    assert {"janitor.guarding.verdict", "janitor.guarding.close"} <= set(
+        GRAPH["janitor.daemon.api"]
+    )
+
+
+def test_jobs_holds_only_the_commands_and_the_guarding_layer_decides() -> None:
+    """``janitor.jobs`` keeps the commands that stand in for ffmpeg and ffprobe and run them: no
+    module of it prepares, grants or waits for a call's writes (the admission of a guarded call
+    is ``janitor.guarding``'s), and nothing below the front ends imports them back."""
+    admission = {"janitor.admission.reserve", "janitor.admission.queue", "janitor.ledger.tx"}
+    jobs = {m: set(ts) for m, ts in GRAPH.items() if m.startswith("janitor.jobs.")}
+    assert {m: ts & admission for m, ts in jobs.items() if ts & admission} == {}
+    for name in ("call", "writes", "held", "probe_call", "mark", "ffmpeg"):
+        assert f"janitor.jobs.{name}" not in MODULES
+    guarding = {t for m, ts in GRAPH.items() if m.startswith("janitor.guarding") for t in ts}
+    assert {t for t in guarding if t.startswith("janitor.jobs")} == set()
+
+
+def test_ctypes_is_loaded_only_in_the_host_layer() -> None:
+    """Calls into libc (``prctl`` for PR_SET_PDEATHSIG) live in ``janitor.host``, as watchdog
+    keeps its inotify calls apart."""
+    outside = sorted(
+        name
+        for name, path in MODULES.items()
+        if not name.startswith("janitor.host")
+        and any(
+            (isinstance(node, ast.Import) and any(a.name == "ctypes" for a in node.names))
+            or (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ctypes"))
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    )
+    assert outside == []
 
 
 def sql_literals(path: Path) -> Iterator[int]:

@@ -285,7 +285,7 @@ def test_a_new_process_given_a_dead_writers_pid_does_not_keep_its_job(
     """A writer that exits right after its cut was recorded, and a new process handed its pid
     (in the writer's group, a child of the same long-running parent): the job is an orphan at
     the next reap, and goes."""
-    from janitor.jobs.writes import open_writes
+    from janitor.guarding.wait import open_writes
 
     tried: list[str] = []
 
@@ -322,8 +322,8 @@ def test_a_writer_gone_before_it_was_read_is_never_a_new_process_given_its_pid(
     adopted), and a new process is handed its pid meanwhile: the guard's call (as both
     guards send it: the writer is the guard's parent) records the writer as gone, never the
     newcomer's identity."""
+    from janitor.guarding.wait import open_writes
     from janitor.host.owner import process_start
-    from janitor.jobs.writes import CallRequest, open_writes
 
     cutter = newcomer = None
     guard = 0
@@ -346,15 +346,10 @@ def test_a_writer_gone_before_it_was_read_is_never_a_new_process_given_its_pid(
         newcomers.append(newcomer)
         born = process_start(newcomer.pid)
         req = lib.cut(".tmpjob", 0, 4096, 4 << 20)
-        wire = {
-            "outputs": [{"path": w.path, "bytes": w.bytes, "source": w.source,
-                         "whole_bytes": w.whole_bytes} for w in req.writes],
-            "inputs": list(req.inputs),
-            "owner_pid": guard,
-            "writer_pid": cutter.pid,
-            "writer_is_parent": True,
-        }  # fmt: skip
-        open_writes(lib.jan, CallRequest.from_wire(wire))
+        call = dataclasses.replace(
+            req, owner_pid=guard, writer_pid=cutter.pid, writer_is_parent=True
+        )
+        open_writes(lib.jan, call)
     finally:
         if guard:
             os.kill(guard, signal.SIGKILL)

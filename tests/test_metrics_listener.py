@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import time
+import wave
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -104,25 +105,34 @@ def textfile_of(setup: DaemonSetup) -> Path:
 
 
 def orphan(setup: DaemonSetup, name: str) -> tuple[Path, subprocess.Popen[bytes]]:
-    """A job folder the guard recorded (``POST /v1/guard``, as the guarded ffmpeg does) for a
-    writer that is still alive; kill the writer to make it an orphan."""
+    """A job folder the guard recorded (``POST /v1/guard/call``, as the guarded ffmpeg sends
+    it: a 4 KiB cut of a 16.384 s WAV, a 1 MiB working set) for a writer that is still alive;
+    kill the writer to make it an orphan."""
     src = setup.mount / "talk.wav"
     if not src.exists():
-        src.write_bytes(b"\0" * 4096)
+        with wave.open(str(src), "wb") as w:  # 16 kHz mono s16: its header tells its length
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+            w.writeframes(b"\0\0" * 262144)
     out = setup.mount / "tmp" / name / "fa_v2" / "audio" / "fa-v2-audio-1-0.pcm"
     out.parent.mkdir(parents=True)
     writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     body = {
-        "outputs": [{"path": str(out), "bytes": 4096, "source": str(src), "whole_bytes": MiB}],
-        "inputs": [str(src)],
+        "args": ["-y", "-ss", "0", "-to", "0.064", "-i", str(src), "-f", "f32le", "-acodec",
+                 "pcm_f32le", "-ar", "16000", "-ac", "1", str(out)],
+        "cwd": str(setup.mount),
         "owner_pid": writer.pid,
         "writer_pid": writer.pid,
-    }
+        "ffmpeg": shutil.which("ffmpeg") or "/usr/bin/ffmpeg",  # a WAV's header is read, not probed
+    }  # fmt: skip
     with httpx.Client(
         transport=httpx.HTTPTransport(uds=str(setup.socket)), base_url="http://janitor"
     ) as c:
-        r = c.post("/v1/guard", json=body)
-    assert r.status_code == 200, r.text
+        r = c.post("/v1/guard/call", json=body)
+    assert r.status_code == 200 and r.json()["action"] == "run", r.text
+    (held,) = r.json()["session"]["reservations"]
+    assert held["pooled"] and held["bytes"] == MiB, held  # the job's working set
     write_bytes(out, 4096)
     return out.parents[2], writer
 

@@ -185,7 +185,8 @@ def test_a_jobs_cuts_after_its_tree_is_dropped_are_its_own_and_may_grow(swap: Sw
     grant); a window cut again is growth on that same working set, held to the volume's numbers
     the policy now gives (a tree still on the volume); its folder removed, the job ends and
     its working set with it."""
-    from janitor.jobs.writes import close_writes, open_writes
+    from janitor.guarding.close import close_writes
+    from janitor.guarding.wait import open_writes
 
     lib = swap.lib
     whole = 2 * PCM_RATE * 10  # 20 s
@@ -216,7 +217,8 @@ def test_a_job_on_a_volume_no_tree_covers_any_more_keeps_its_working_set(swap: S
     (the volume is no longer covered, but a known job stays its job until it ends), and a cut
     past it is held to the numbers of the policy's ``[volume]`` table, as for every volume."""
     from janitor.errors import ReservationRefused
-    from janitor.jobs.writes import close_writes, open_writes
+    from janitor.guarding.close import close_writes
+    from janitor.guarding.wait import open_writes
 
     lib = swap.lib
     whole = 2 * MiB

@@ -19,7 +19,7 @@ the cut's byte rate (every group's PCM stays until the file is done), as one res
 the folder its cuts go to (``path``: that folder, so what is written there counts as written,
 and later cuts draw on it without a new admission). It has no TTL: it ends with the job.
 
-Everything here runs inside the caller's write transaction (janitor.jobs.writes orders it).
+Everything here runs inside the caller's write transaction (janitor.guarding orders it).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ __all__ = [
     "log_refuse",
     "log_row",
     "owners_alive",
-    "read_volume",  # where it used to live: janitor.jobs.writes imports it from here
+    "read_volume",  # where it used to live: janitor.guarding imports it from here
     "reap",
     "renew_reservation",
     "resolve_path",

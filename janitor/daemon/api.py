@@ -42,7 +42,6 @@ from janitor.errors import (
     LedgerError,
     LedgerFull,
     ReservationRefused,
-    SpaceRisk,
     UnknownPin,
     UnknownReservation,
 )
@@ -139,58 +138,9 @@ class CoverRequest(BaseModel):
     pid: int = Field(ge=1)
 
 
-class WriteIn(BaseModel):
-    """One file a command will write; a cut (a window of an input) names its source and what
-    the whole source takes in the same format (its job's working set)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(min_length=1, max_length=4096)
-    bytes: int = Field(ge=1, le=1 << 50)
-    source: str | None = Field(default=None, max_length=4096)
-    whole_bytes: int | None = Field(default=None, ge=1, le=1 << 50)
-    start_us: int | None = Field(
-        default=None, ge=0, le=1 << 50, description="Where a cut's window starts in its source."
-    )
-    end_us: int | None = Field(
-        default=None, ge=0, le=1 << 50, description="Where a cut's window ends in its source."
-    )
-
-
-class GuardRequest(BaseModel):
-    """The writes of one command (the guarded ffmpeg's outputs), reserved all or none, and the
-    inputs to touch and pin while it runs; a write into a job folder is part of that job."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    outputs: list[WriteIn] = Field(max_length=256)
-    inputs: list[str] = Field(default_factory=list, max_length=256)
-    owner_pid: int = Field(ge=1, description="The guard's pid: its exit ends the call's own.")
-    writer_pid: int | None = Field(
-        default=None, ge=1, description="The guard's parent: the writer of the job, if any."
-    )
-    writer_is_parent: bool = Field(
-        default=False,
-        description="writer_pid is owner_pid's parent (as the guard read it at its start): it "
-        "is read through the guard, so a process given its pid after it exited is never taken "
-        "for it.",
-    )
-    job: str | None = Field(default=None, max_length=200)
-    run: str | None = Field(default=None, max_length=200, description="The `janitor run`.")
-    wait_s: float = Field(
-        default=0.0,
-        ge=0,
-        le=86400,
-        description="How long a job's first write may still wait, from when this request comes "
-        "in: what is left of the call's wait (one deadline, however the call is handed on).",
-    )
-    policy: str | None = Field(
-        default=None, description="The policy the caller expects; 409 if the daemon runs another."
-    )
-
-
 class GuardWait(BaseModel):
-    """A queued call's place (the ticket of the 202 answer), waited on until admitted."""
+    """A queued call's place (the ticket of ``POST /v1/guard/call``'s 202 answer), waited on
+    until admitted."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -199,10 +149,10 @@ class GuardWait(BaseModel):
 
 
 class GuardCall(BaseModel):
-    """One ffmpeg call as the compiled guard got it, for the daemon to estimate, admit, pin and
-    record (``POST /v1/guard/call``): its arguments and folder, the guard and its parent, the
-    real ffmpeg (its ffprobe measures the inputs), the ``JANITOR_*`` variables that shape a call
-    (``JANITOR_JOB``, ``JANITOR_RUN``, ``JANITOR_POLICY``, ``JANITOR_CACHE_DIR``,
+    """One ffmpeg call as a guard (either front end) got it, for the daemon to estimate, admit,
+    pin and record (``POST /v1/guard/call``): its arguments and folder, the guard and its
+    parent, the real ffmpeg (its ffprobe measures the inputs), the ``JANITOR_*`` variables that
+    shape a call (``JANITOR_JOB``, ``JANITOR_RUN``, ``JANITOR_POLICY``, ``JANITOR_CACHE_DIR``,
     ``JANITOR_GUARD_WAIT_S``) and what ``janitor shim install`` resolved (``policy``,
     ``cache_dir``, ``wait_s``), the variables winning."""
 
@@ -213,6 +163,13 @@ class GuardCall(BaseModel):
     owner_pid: int = Field(ge=1, description="The guard's pid: its exit ends the call's own.")
     writer_pid: int | None = Field(default=None, ge=1, description="The guard's parent.")
     ffmpeg: str = Field(min_length=1, max_length=4096, description="The real ffmpeg it runs.")
+    elapsed_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=86400,
+        description="Seconds the call had taken when it was sent (the front end's own start): "
+        "its wait for room counts from the guarded ffmpeg's start, one deadline.",
+    )
     env: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict, max_length=16
     )
@@ -465,7 +422,7 @@ class _Calls:
 
     def __init__(self, daemon: DaemonView, offload: Offload) -> None:
         self.daemon = daemon
-        #: Work to run after an answer is handed back (janitor.jobs.probe_call's marking).
+        #: Work to run after an answer is handed back (janitor.guarding.probe_call's marking).
         self.after = offload.after
         #: Queued calls by ticket, between their 202 answer and their wait (and since when).
         self._queued: dict[str, tuple[Any, float]] = {}
@@ -500,61 +457,9 @@ class _Calls:
     def cover(self, rid: str, pid: int) -> bytes:
         return _reservation_body(self.daemon.janitor.cover(rid, pid))
 
-    def guard(self, req: GuardRequest, received: float) -> tuple[int, bytes]:
-        """``received``: when the request came in (``time.monotonic()``): its ``wait_s``, what
-        is left of the call's wait, counts from then."""
-        from janitor.jobs.writes import CallRequest, Queued, grant, prepare
-
-        jan = self.daemon.janitor
-        if req.policy is not None and os.path.realpath(req.policy) != os.path.realpath(
-            self.daemon.settings.policy_path
-        ):
-            return 409, _dumps(
-                {
-                    "error": "policy_mismatch",
-                    "message": f"the daemon runs policy {self.daemon.settings.policy_path}, "
-                    f"not {req.policy}",
-                }
-            )
-        call = CallRequest.from_wire(req.model_dump())
-        prep = prepare(jan, call, received=received)
-        try:
-            session = grant(jan, prep)
-        except Queued as q:
-            self._park(q.ticket, prep)
-            return 202, _dumps({"ticket": q.ticket, "message": q.message})
-        except ReservationRefused as exc:
-            return 507, _dumps(exc.as_dict())
-        except SpaceRisk as exc:
-            return 507, _dumps({"error": "at_risk", "message": exc.reason})
-        return 200, _dumps(session.as_dict())
-
-    def guard_wait(self, req: GuardWait) -> tuple[int, bytes]:
-        from janitor.host.owner import is_alive, process_start
-        from janitor.jobs.writes import wait
-
-        prep = self._unpark(req.ticket)
-        if prep is None:
-            return 404, _dumps(
-                {"error": "not_found", "message": f"no queued call {req.ticket!r} here"}
-            )
-        start = process_start(req.owner_pid)
-        try:
-            session = wait(
-                self.daemon.janitor,
-                prep,
-                req.ticket,
-                still_wanted=lambda: is_alive(req.owner_pid, start),
-            )
-        except ReservationRefused as exc:
-            return 507, _dumps(exc.as_dict())
-        except SpaceRisk as exc:
-            return 507, _dumps({"error": "at_risk", "message": exc.reason})
-        return 200, _dumps(session.as_dict())
-
     def estimate(self, req: EstimateRequest) -> tuple[int, bytes]:
-        from janitor.jobs import ffmpeg
-        from janitor.jobs.writes import locate
+        from janitor.guarding import ffmpeg
+        from janitor.guarding.prepare import locate
 
         if req.cwd is not None and not os.path.isabs(req.cwd):
             return 422, _dumps(
@@ -594,7 +499,7 @@ class _Calls:
 
     def _probe(self) -> Any:
         """The guard's probe cache (one per user), so a recording is probed once for both."""
-        from janitor.jobs import ffmpeg
+        from janitor.guarding import ffmpeg
 
         probe = getattr(self, "_probe_cache", None)
         if probe is None:
@@ -602,7 +507,9 @@ class _Calls:
         return probe
 
     def guard_call(self, req: GuardCall, received: float) -> tuple[int, bytes]:
-        from janitor.jobs.call import decide
+        """``received``: when the request came in (``time.monotonic()``): the call's wait for
+        room counts from then, estimating it too."""
+        from janitor.guarding.verdict import decide
 
         if not os.path.isabs(req.cwd):
             return 422, _dumps({"error": "bad_request", "message": f"cwd {req.cwd!r} is relative"})
@@ -618,7 +525,7 @@ class _Calls:
         return verdict.status, _dumps(verdict.body)
 
     def guard_probe(self, req: ProbeCall) -> tuple[int, bytes]:
-        from janitor.jobs.probe_call import decide_probe
+        from janitor.guarding.probe_call import decide_probe
 
         if not os.path.isabs(req.cwd):
             return 422, _dumps({"error": "bad_request", "message": f"cwd {req.cwd!r} is relative"})
@@ -631,8 +538,8 @@ class _Calls:
         return verdict.status, _dumps(verdict.body)
 
     def guard_call_wait(self, req: GuardWait) -> tuple[int, bytes]:
+        from janitor.guarding.verdict import decide_wait
         from janitor.host.owner import is_alive, process_start
-        from janitor.jobs.call import decide_wait
 
         prep = self._unpark(req.ticket)
         if prep is None:
@@ -647,7 +554,7 @@ class _Calls:
 
     def _guard_probe(self, cache_dir: str | None, ffmpeg_path: str) -> Any:
         """A probe per probe cache and real ffmpeg the guards name, kept (its memory too)."""
-        from janitor.jobs import ffmpeg
+        from janitor.guarding import ffmpeg
 
         key = (cache_dir, ffmpeg_path)
         with self._queued_lock:
@@ -675,8 +582,8 @@ class _Calls:
         return None if entry is None else entry[0]
 
     def guard_release(self, req: GuardRelease) -> bytes:
-        from janitor.jobs.held import Written
-        from janitor.jobs.writes import close_writes
+        from janitor.guarding.close import close_writes
+        from janitor.guarding.held import Written
 
         written = [Written(w.path, w.bytes) for w in req.written]
         jan = self.daemon.janitor
@@ -774,42 +681,6 @@ def create_app(daemon: DaemonView, offload: Offload | None = None) -> FastAPI:
         return _json(await off.run(calls.cover, rid, req.pid))
 
     @app.post(
-        "/v1/guard",
-        response_model=dict[str, Any],
-        responses={
-            507: {"model": RefusalOut, "description": "Refused: an output does not fit"},
-            409: {"model": ErrorOut, "description": "The daemon runs another policy"},
-            **errors,
-        },
-    )
-    async def guard(req: GuardRequest) -> Any:
-        """Reserve a command's outputs (all or none, making room first) and pin its cached
-        inputs, for the guarded ffmpeg; a write into a job folder is part of its job (the first
-        cut from a source reserves the source's whole working set, later cuts draw on it).
-        507 names the output that does not fit; 202 with a ticket when a job's first write
-        waits its turn (then ``POST /v1/guard/wait``)."""
-        status, body = await off.run(calls.guard, req, time.monotonic())
-        if status == 507:
-            return Response(
-                body, status_code=507, media_type="application/json", headers={"Retry-After": "5"}
-            )
-        return _json(body, status)
-
-    @app.post(
-        "/v1/guard/wait",
-        response_model=dict[str, Any],
-        responses={
-            507: {"model": RefusalOut, "description": "Refused: the wait ran out"},
-            **errors,
-        },
-    )
-    async def guard_wait(req: GuardWait) -> Any:
-        """Wait, in turn, for a call that ``POST /v1/guard`` queued (its 202 answer's ticket):
-        answered when admitted (200, as ``/v1/guard``), or 507 when its wait runs out."""
-        status, body = await waits.run(calls.guard_wait, req)
-        return _json(body, status)
-
-    @app.post(
         "/v1/guard/call",
         response_model=dict[str, Any],
         responses={
@@ -820,8 +691,10 @@ def create_app(daemon: DaemonView, offload: Offload | None = None) -> FastAPI:
         },
     )
     async def guard_call(req: GuardCall) -> Any:
-        """One ffmpeg call of the compiled guard, decided whole: estimated as the guard
-        estimates it, then held as ``POST /v1/guard`` holds it. The answer's ``action`` says
+        """One ffmpeg call of a guard (either front end), as it got it, decided whole: estimated,
+        then its writes admitted as part of their job and its cached inputs pinned (the first
+        cut from a source reserves the source's whole working set, later cuts draw on it; all
+        or none, making room first). The answer's ``action`` says
         what the guard does: ``exec`` (run ffmpeg as it is: not estimable, or on no managed
         volume), ``run`` (under ``session``'s reservations; ``release`` is the body of ``POST
         /v1/guard/release`` at its end, ``written`` added), ``wait`` (202: its turn, with

@@ -81,7 +81,7 @@ class PolicyReloader:
     def _say_kept_jobs(self, policy: Policy) -> None:
         """Name the running jobs whose folder the new policy no longer puts in their tree (the
         tree dropped, renamed, or its root moved): each stays its job until it ends, its later
-        cuts drawing on its working set (janitor.jobs.writes), whatever the policy now says."""
+        cuts drawing on its working set (janitor.guarding.grant), whatever the policy now says."""
         try:
             jobs = self.janitor.jobs()
         except (JanitorError, OSError):

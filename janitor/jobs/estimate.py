@@ -1,6 +1,6 @@
 """How many bytes the pipeline will write for a recording, before it writes them.
 
-Worked out by the one estimator (janitor.jobs.ffmpeg) for the command line batchalign3 runs on
+Worked out by the one estimator (janitor.guarding.ffmpeg) for the command line batchalign3 runs on
 the recording (../shared/BRIEF.md), with the probe every other estimate uses, so ``janitor
 estimate``, ``janitor run``'s pre-flight, the daemon's ``POST /v1/estimate`` and the guarded
 ffmpeg agree to the byte:
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from janitor.errors import ConfigError
 
 if TYPE_CHECKING:
-    from janitor.jobs.ffmpeg import NotEstimable, Probe
+    from janitor.guarding.ffmpeg import NotEstimable, Probe
 
 __all__ = [
     "WAV_HEADER_BYTES",
@@ -111,7 +111,7 @@ def estimate_bytes(
     """What converting ``media`` to ``fmt`` writes, by the one estimator; or why that cannot be
     known (the reason names no file). ``probe`` defaults to the shared probe cache's; an
     unknown format or a rate or channel count below 1 is a ConfigError."""
-    from janitor.jobs import ffmpeg
+    from janitor.guarding import ffmpeg
 
     if fmt not in _WIDTHS:
         raise ConfigError(f"format {fmt!r} is not one of: {', '.join(_WIDTHS)}")
@@ -153,7 +153,7 @@ def estimate_media(
 def probe_duration(media: Path, probe: Probe | None = None) -> float:
     """The media's duration in seconds, as ffprobe reports it (read from the header where that
     says it plainly); ConfigError if it cannot be read."""
-    from janitor.jobs import ffmpeg
+    from janitor.guarding import ffmpeg
 
     if not Path(media).is_file():
         raise ConfigError(f"media file {media} does not exist or is not a file")

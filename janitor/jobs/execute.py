@@ -6,7 +6,8 @@ is put at risk (the volume fell below its floor and this job is among the fewest
 covers the deficit) or the output outgrows the reservation by more than a margin (and ``grow``
 cannot extend it), the command is stopped (SIGTERM, then SIGKILL after a grace period) and the
 result says why. Signals sent to `janitor exec` reach the command; the command never outlives
-it (janitor.jobs.supervise), and the reservation covers the command for as long as it runs.
+it, and the reservation covers the command for as long as it runs: the one watch of a running
+writer the Python guard keeps too (janitor.jobs.watch).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from janitor.errors import ConfigError, ReservationRefused, SpaceRisk, UnknownReservation
 from janitor.host.space import allocated_size
-from janitor.jobs.supervise import Supervised, exit_code, forward_signals, restore_signals
+from janitor.jobs.watch import Watch, Watched
 from janitor.sizes import format_size
 
 if TYPE_CHECKING:
@@ -81,6 +82,80 @@ def run_guarded(
         reservation.release()
 
 
+class _ExecWatch(Watch):
+    """``janitor exec``'s watch: its one reservation's output grown on request (``--grow``),
+    its risk asked of the ledger every poll, its lifetime renewed while the command runs."""
+
+    def __init__(
+        self,
+        jan: Janitor,
+        reservation: Reservation,
+        *,
+        poll: float,
+        grow: bool,
+        margin: float,
+        grace: float,
+        say: Callable[[str], None] | None,
+    ) -> None:
+        info = reservation.info
+        out = Watched(info.path, info.bytes, info.id)
+        super().__init__([out], margin=margin, slack=0, poll=poll, grace=grace)
+        self.jan, self.reservation, self.info = jan, reservation, info
+        self.grow, self.say = grow, say
+        self.ttl = info.expires - info.created
+        self.renewed = time.monotonic()
+        self.written = 0
+
+    def cover(self, pid: int) -> None:
+        try:
+            # The command's bytes stay reserved for as long as it runs, even the moment it
+            # takes to stop should we die first.
+            self.jan.cover(self.info.id, pid)
+        except (ConfigError, UnknownReservation):
+            pass  # it exited already, or the reservation ended: nothing left to cover
+
+    def size(self, path: str) -> int:
+        self.written = allocated_size(path)
+        return self.written
+
+    def outgrown(self, index: int, written: int) -> str | None:
+        out = self.outputs[index]
+        limit = out.allowed
+        if not self.grow:
+            return (
+                f"stopped: output reached {format_size(written)}, more than "
+                f"{self.margin:.0%} past its reservation of {format_size(limit)} "
+                "(use --grow or reserve more)"
+            )
+        want = max(int(written * 1.25), int(limit * 1.25))
+        try:
+            grown = self.jan.grow(self.info.id, want).bytes
+        except ReservationRefused as exc:
+            return (
+                f"stopped: output reached {format_size(written)}, past its "
+                f"reservation of {format_size(limit)}, and it cannot grow: {exc}"
+            )
+        self.outputs[index] = Watched(out.path, grown, out.reservation)
+        if self.say is not None:
+            self.say(f"output outgrew its reservation; grown to {format_size(grown)}")
+        return None
+
+    def at_risk(self, output: Watched) -> str | None:
+        try:
+            # One statvfs while the volume is above its floor; below it, only the fewest
+            # jobs whose stopping covers the deficit are told to stop (Janitor.check_risk).
+            self.jan.check_risk(self.info)
+        except SpaceRisk as exc:
+            return f"stopped: {exc}"
+        return None
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now - self.renewed > self.ttl / 2:
+            self.reservation.renew(self.ttl)
+            self.renewed = now
+
+
 def _run(
     jan: Janitor,
     reservation: Reservation,
@@ -96,73 +171,21 @@ def _run(
     info = reservation.info
     out = info.path
     env = {**os.environ, "JANITOR_RESERVATION": info.id}
+    watch = _ExecWatch(jan, reservation, poll=poll, grow=grow, margin=margin, grace=grace, say=say)
     try:
-        child, forwarded = forward_signals(lambda: Supervised(command, env=env))
+        watch.start(command, env=env)
     except OSError as exc:  # e.g. ENOEXEC: an executable file that is no program
         raise ConfigError(f"cannot run {command[0]!r}: {exc.strerror}") from None
-    stopped: str | None = None
-    written = 0
-    limit = info.bytes
-    ttl = info.expires - info.created
-    renewed = time.monotonic()
-    try:
-        try:
-            # The command's bytes stay reserved for as long as it runs, even the moment it
-            # takes to stop should we die first.
-            jan.cover(info.id, child.pid)
-        except (ConfigError, UnknownReservation):
-            pass  # it exited already, or the reservation ended: nothing left to cover
-        while child.wait(poll) is None:
-            now = time.monotonic()
-            if out is not None:
-                written = allocated_size(out)
-                if written > limit * (1 + margin):
-                    if grow:
-                        want = max(int(written * 1.25), int(limit * 1.25))
-                        try:
-                            limit = jan.grow(info.id, want).bytes
-                            if say is not None:
-                                say(
-                                    f"output outgrew its reservation; grown to {format_size(limit)}"
-                                )
-                            continue
-                        except ReservationRefused as exc:
-                            stopped = (
-                                f"stopped: output reached {format_size(written)}, past its "
-                                f"reservation of {format_size(limit)}, and it cannot grow: {exc}"
-                            )
-                            break
-                    stopped = (
-                        f"stopped: output reached {format_size(written)}, more than "
-                        f"{margin:.0%} past its reservation of {format_size(limit)} "
-                        "(use --grow or reserve more)"
-                    )
-                    break
-            try:
-                # One statvfs while the volume is above its floor; below it, only the fewest
-                # jobs whose stopping covers the deficit are told to stop (Janitor.check_risk).
-                jan.check_risk(info)
-            except SpaceRisk as exc:
-                stopped = f"stopped: {exc}"
-                break
-            if now - renewed > ttl / 2:
-                reservation.renew(ttl)
-                renewed = now
-        if stopped is not None:
-            child.stop(grace)
-    finally:
-        restore_signals(forwarded)
-        if child.returncode is None:
-            child.stop(grace)
-    returncode = child.wait()
-    assert returncode is not None
-    code = exit_code(returncode)
+    ended = watch.wait()
+    code = ended.exit_code()
+    written = watch.written
     if out is not None:
         written = max(written, allocated_size(out))
     cleaned = False
-    if cleanup_on_fail and out is not None and (stopped is not None or code != 0):
+    if cleanup_on_fail and out is not None and (ended.stopped is not None or code != 0):
         cleaned = _remove(out)
-    return ExecResult(75 if stopped else code, info.id, stopped, limit, written, cleaned)
+    limit = watch.outputs[0].allowed
+    return ExecResult(code, info.id, ended.stopped, limit, written, cleaned)
 
 
 def _remove(path: str) -> bool:

@@ -1,26 +1,30 @@
 """The guarded ffmpeg: to its caller it is ffmpeg, and every big write it makes is reserved first.
 
 batchalign3 runs a bare ``ffmpeg`` from ``PATH`` for every big write it makes, so a guard first
-on ``PATH`` protects it unchanged (``janitor shim install``, ``janitor run``). For each call the
-guard works out the files ffmpeg will write and their bytes (janitor.jobs.ffmpeg), reserves them on
-the trees that hold them (janitor.jobs.writes; through the daemon's socket when it runs, with
-janitor.jobs.daemon_client, else through the ledger directly), then runs the real ffmpeg under
-the same supervision as ``janitor exec`` (janitor.jobs.supervise): stopped when its reservation
-is put at risk or its output outgrows the reservation, and never outliving the guard.
-Arguments, stdin, stdout, stderr and the exit status are ffmpeg's own; signals sent to the guard
-reach ffmpeg.
+on ``PATH`` protects it unchanged (``janitor shim install``, ``janitor run``). This is the Python
+front end; ``native/guard.c`` is the compiled one, and both speak one protocol
+(:mod:`janitor.guarding.protocol`). It sends the call as it got it (its arguments, folder and
+parent, and the variables that shape it) to the daemon's ``POST /v1/guard/call`` (through
+janitor.jobs.daemon_client), or, with no daemon answering, decides it in its own process with
+the same code (:mod:`janitor.guarding.verdict`, through the ledger). Either way it carries out
+the verdict: run the real ffmpeg as it is, refuse, wait in turn, or run it under the call's
+reservations with the one watch of a running writer (janitor.jobs.watch): stopped when its
+reservation is put at risk or its output outgrows the reservation, and never outliving the
+guard. Arguments, stdin, stdout, stderr and the exit status are ffmpeg's own; signals sent to
+the guard reach ffmpeg.
 
-A call it cannot estimate (video, compressed outputs, ``-f null``, pipes, unknown options) or
-whose outputs lie on no managed volume is handed to the real ffmpeg with ``exec``: the guard never
-breaks an ffmpeg call. A request for information (``ffmpeg -version``, which batchalign3 runs
-before every conversion, ``-h``, ``-buildconf`` ...; see :data:`INFO_OPTIONS`) writes no file: it
-is exec'd at once, before the estimator is imported and without a line in ``guard.log``.
-Refused or stopped, it exits 75 (EX_TEMPFAIL) with one stderr line that begins
+A call that cannot be estimated (video, compressed outputs, ``-f null``, pipes, unknown options)
+or whose outputs lie on no managed volume is handed to the real ffmpeg with ``exec``: the guard
+never breaks an ffmpeg call. A request for information (``ffmpeg -version``, which batchalign3
+runs before every conversion, ``-h``, ``-buildconf`` ...; see :data:`INFO_OPTIONS`) writes no
+file: it is exec'd at once, before anything is asked or loaded, and without a line in
+``guard.log``. Refused or stopped, it exits 75 (EX_TEMPFAIL) with one stderr line that begins
 ``space-janitor:`` (batchalign3 shows ffmpeg's stderr to its users as it is), and the output is
 not left behind.
 
 This module runs on the path of every alignment group, so it imports next to nothing at start:
-no typer, rich, pydantic or numpy; the library is loaded only when no daemon answers.
+no typer, rich, pydantic or numpy, nor the estimator; the library is loaded only when no daemon
+answers.
 """
 
 from __future__ import annotations
@@ -29,28 +33,18 @@ import os
 import sys
 import time
 
-from janitor.errors import ReservationRefused
-
-# Loaded with janitor.errors already (it prints sizes with it): costs nothing more.
-from janitor.humanize import format_size
-from janitor.jobs.call import (
-    call_options,
-    plan,
-    refusal_line,
-    reserved_line,
-    stopped_before_line,
-    unguarded_line,
-)
-from janitor.jobs.mark import GUARD_MARK, is_guard
+from janitor.guarding.mark import GUARD_MARK, is_guard
+from janitor.guarding.protocol import CALL_ENV, CONFIG_KEYS, call_body, verdict_of
+from janitor.jobs.watch import Watch, Watched
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from janitor.core import Janitor
+    from janitor.guarding.held import HeldWrite, WriteSession, Written
     from janitor.jobs.daemon_client import DaemonClient
-    from janitor.jobs.held import WriteSession, Written
-    from janitor.jobs.supervise import Supervised
 
 __all__ = [
     "DEFAULT_WAIT_S",
@@ -60,12 +54,13 @@ __all__ = [
     "FALLBACK_ENV",
     "GUARD_MARK",
     "INFO_OPTIONS",
+    "LOG_ROTATE_BYTES",
+    "WAIT_GRACE_S",
     "asks_only_for_information",
     "find_real",
     "find_real_ffmpeg",
     "is_guard",
     "main",
-    "refusal_line",
 ]
 
 #: Refused or stopped for lack of space (EX_TEMPFAIL), as every janitor command.
@@ -81,20 +76,16 @@ ELAPSED_ENV = "JANITOR_GUARD_ELAPSED_S"
 #: How long the daemon may take to answer a call (it may probe a new recording or evict caches
 #: first); then the ledger decides. ``JANITOR_GUARD_TIMEOUT_S`` changes it.
 ANSWER_TIMEOUT_S = 60.0
-#: How often the running ffmpeg's output and volume are looked at.
-POLL_S = 0.2
 #: How long a job's first write waits for room by default (batchalign3's memory gate waits
 #: 120 s too); ``guard_wait_s`` and ``JANITOR_GUARD_WAIT_S`` change it.
 DEFAULT_WAIT_S = 120.0
 #: How long past a call's deadline a front end still waits for the daemon's verdict on it (its
 #: last try at admission) before the ledger decides: past that, the daemon is not answering.
 WAIT_GRACE_S = 2.0
-#: How far an output may pass its reservation before ffmpeg is stopped: estimates are within
-#: 1 %, and allocation rounds up to blocks.
-MARGIN = 0.05
-SLACK = 256 * 1024
+#: ``guard.log`` is rotated past this size (one old copy, ``guard.log.1``).
+LOG_ROTATE_BYTES = 1 << 20
 #: ffmpeg's options that print something and exit (OPT_EXIT in its option table, 5.1 to 7.1):
-#: the estimator's parser stops at one of them (janitor.jobs.ffmpeg.args, kind ``EXIT``).
+#: the estimator's parser stops at one of them (janitor.guarding.ffmpeg.args, kind ``EXIT``).
 INFO_OPTIONS = frozenset(
     ("-L", "-h", "-?", "-help", "--help", "-version", "-buildconf", "-formats", "-muxers",
      "-demuxers", "-devices", "-codecs", "-decoders", "-encoders", "-bsfs", "-protocols",
@@ -153,147 +144,6 @@ def find_real_ffmpeg(env: dict[str, str] | None = None, me: str | None = None) -
     return find_real("ffmpeg", env, me)
 
 
-# -- the two ways to hold a call's writes ----------------------------------------------------------
-
-
-class Stopped(Exception):
-    """The call's job must stop (its working set was put at risk): ffmpeg is not run."""
-
-
-class _Hold:
-    """What one call holds (its :class:`~janitor.jobs.held.WriteSession`: reservations and
-    pins), through the daemon or the library, and the call's job label and ``janitor run`` id,
-    for the log's ``wrote`` lines."""
-
-    #: "daemon" or "ledger": who decided
-    via: str
-    session: WriteSession
-    job: str | None
-    run: str | None
-
-    def cover(self, pid: int) -> None:
-        raise NotImplementedError
-
-    def at_risk(self, rid: str) -> str | None:
-        raise NotImplementedError
-
-    def release(self, written: Sequence[Written] = ()) -> None:
-        """End what the call alone held; ``written`` (what ffmpeg left at each output) goes in
-        the ledger's log for ``janitor run``'s summary."""
-        raise NotImplementedError
-
-
-class _DaemonHold(_Hold):
-    via = "daemon"
-
-    def __init__(
-        self, daemon: DaemonClient, request: dict[str, Any], log_dir: str | None, deadline: float
-    ) -> None:
-        from janitor.jobs.held import WriteSession
-
-        self.daemon = daemon
-        self.job, self.run = request.get("job"), request.get("run")
-        # What is left of the call's wait: the daemon's wait ends at the same deadline.
-        asked = {**request, "wait_s": _left(deadline)}
-        status, body = daemon.call("POST", "/v1/guard", asked)
-        if status == 202 and isinstance(body, dict) and body.get("ticket"):
-            # Queued: say so once, then wait in turn (the daemon answers when admitted).
-            _say(body.get("message", "waiting for room"))
-            _log(log_dir, f"waiting: {body.get('message', '')}")
-            # The daemon answers when the call is admitted or its wait runs out; one that does
-            # not by then (dead, stopped) leaves the rest of the wait to the ledger.
-            status, body = daemon.call(
-                "POST", "/v1/guard/wait", {"ticket": body["ticket"], "owner_pid": os.getpid()},
-                timeout=_left(deadline) + WAIT_GRACE_S,
-            )  # fmt: skip
-        if status == 507 and isinstance(body, dict) and body.get("error") == "at_risk":
-            raise Stopped(body.get("message", "its job is at risk"))
-        if status == 507 and isinstance(body, dict) and body.get("error") in _REFUSALS:
-            raise ReservationRefused.from_dict(body)
-        if status != 200:
-            said = body.get("message") if isinstance(body, dict) else None
-            raise GuardError(f"the daemon answered {status}: {said or body}")
-        self.session = WriteSession.from_wire(body)
-
-    def cover(self, pid: int) -> None:
-        # not waited for: the guard owns the reservation too, and ffmpeg dies with the guard
-        for rid in self.session.own:
-            self.daemon.send("POST", f"/v1/reservations/{rid}/cover", {"pid": pid})
-
-    def at_risk(self, rid: str) -> str | None:
-        status, body = self.daemon.call("GET", f"/v1/reservations/{rid}")
-        return body.get("at_risk") if status == 200 and isinstance(body, dict) else None
-
-    def release(self, written: Sequence[Written] = ()) -> None:
-        own, pins, draws = self.session.own, self.session.pins, self.session.draws
-        if own or pins or written or draws:
-            body = {
-                "reservations": list(own),
-                "pins": list(pins),
-                "draws": list(draws),
-                "written": [w.as_dict() for w in written],
-                "job": self.job,
-                "run": self.run,
-            }
-            self.daemon.call("POST", "/v1/guard/release", body)
-
-
-#: The ``error`` of a 507 answer that refuses a call (the numbers say why).
-_REFUSALS = ("refused", "never_fits", "wait_wont_help")
-
-
-class _LibraryHold(_Hold):
-    """No daemon: the ledger directly, as ``janitor reserve`` does (slower to start); the
-    session :func:`~janitor.jobs.writes.open_writes` gives is held as it is."""
-
-    via = "ledger"
-
-    def __init__(self, request: dict[str, Any], log_dir: str | None, deadline: float) -> None:
-        from janitor.core import Janitor
-        from janitor.errors import JanitorError, SpaceRisk
-        from janitor.jobs.writes import CallRequest, open_writes
-
-        def waiting(message: str) -> None:
-            _say(message)
-            _log(log_dir, f"waiting: {message}")
-
-        try:
-            self.jan = Janitor.from_settings()
-            # What is left of the call's wait, however long the daemon held it first.
-            asked = CallRequest.from_wire({**request, "wait_s": _left(deadline)})
-            self.session = open_writes(self.jan, asked, on_wait=waiting)
-        except ReservationRefused:
-            raise
-        except SpaceRisk as exc:
-            raise Stopped(exc.reason) from None
-        except (JanitorError, OSError) as exc:
-            raise GuardError(str(exc)) from None
-        self.job, self.run = request.get("job"), request.get("run")
-
-    def cover(self, pid: int) -> None:
-        for rid in self.session.own:
-            self.jan.cover(rid, pid)
-
-    def at_risk(self, rid: str) -> str | None:
-        from janitor.errors import SpaceRisk
-
-        try:
-            self.jan.check_risk(self.jan.get(rid))
-        except SpaceRisk as exc:
-            return exc.reason
-        return None
-
-    def release(self, written: Sequence[Written] = ()) -> None:
-        from janitor.jobs.writes import close_writes
-
-        session = self.session
-        close_writes(
-            self.jan, session.own, session.pins, written, job=self.job, run=self.run,
-            draws=session.draws,
-        )  # fmt: skip
-        self.jan.ledger.close()
-
-
 # -- the guard -------------------------------------------------------------------------------------
 
 
@@ -306,7 +156,7 @@ def _log(log_dir: str | None, message: str, *, debug: bool = False) -> None:
         os.makedirs(folder, mode=0o700, exist_ok=True)
         path = os.path.join(folder, "guard.log")
         try:
-            if os.stat(path).st_size > 1 << 20:
+            if os.stat(path).st_size > LOG_ROTATE_BYTES:
                 os.replace(path, path + ".1")
         except FileNotFoundError:
             pass
@@ -348,7 +198,7 @@ def _remove_output(path: str, before: tuple[int, int] | None) -> bool:
 def _written(before: dict[str, tuple[int, int] | None]) -> list[Written]:
     """What ffmpeg left at each output (a partial file too), leaving out a file it did not
     touch: ``janitor run`` sums these up as what the run wrote."""
-    from janitor.jobs.held import Written
+    from janitor.guarding.held import Written
 
     out = []
     for path, was in before.items():
@@ -369,78 +219,209 @@ def _identity(path: str) -> tuple[int, int] | None:
     return st.st_ino, st.st_mtime_ns
 
 
-def _watch(child: Supervised, hold: _Hold) -> str | None:
-    """Until ffmpeg exits: why it must stop (its reservation at risk, an output past its
-    reservation), else None."""
-    checked = 0.0
-    while child.wait(POLL_S) is None:
-        for held in hold.session.writes:
-            rid, output, nbytes, floor = held.reservation, held.output, held.allowed, held.floor
-            try:
-                written = os.stat(output).st_blocks * 512
-            except OSError:
-                written = 0
-            if written > nbytes * (1 + MARGIN) + SLACK:
-                what = "its job has left of its working set" if held.pooled else "reserved for it"
-                return (
-                    f"stopped ffmpeg: {output} reached {format_size(written)}, past the "
-                    f"{format_size(nbytes)} {what}"
-                )
-            try:
-                st = os.statvfs(os.path.dirname(output) or ".")
-            except OSError:
-                continue
-            if st.f_bavail * st.f_frsize >= floor:
-                continue  # above the floor nobody is at risk: one statvfs, no question asked
-            now = time.monotonic()
-            if now - checked < POLL_S:
-                continue
-            checked = now
-            try:
-                reason = hold.at_risk(rid)
-            except OSError:
-                reason = None
-            if reason:
-                return f"stopped ffmpeg writing {output}: {reason}"
-    return None
+# -- who holds a call that runs: the daemon, or this process through the ledger --------------------
 
 
-def _failed_below_floor(hold: _Hold, returncode: int) -> str | None:
-    """Why a failed ffmpeg counts as stopped: it exited with an error while an output's volume
-    was below its floor, so writers outside every reservation took the space it was promised
-    (a disk filled to the last byte beats any watch). None otherwise."""
-    if returncode <= 0:
-        return None
-    for held in hold.session.writes:
+class _Hold:
+    """What a ``run`` verdict granted, held for the call while ffmpeg runs: its reservations
+    kept live for ffmpeg (``cover``), asked whether they are at risk, and ended with what
+    ffmpeg wrote (``release``: the verdict's ``release`` body, ``written`` added)."""
+
+    def __init__(self, verdict: dict[str, Any], session: WriteSession) -> None:
+        self.release_body: dict[str, Any] = verdict["release"]
+        self.holds = bool(verdict.get("holds"))
+        self.session = session
+
+    @property
+    def own(self) -> list[str]:
+        """The reservations that end with the call (a job's working set does not)."""
+        return list(self.release_body.get("reservations", ()))
+
+    def cover(self, pid: int) -> None:
+        raise NotImplementedError
+
+    def at_risk(self, rid: str) -> str | None:
+        raise NotImplementedError
+
+    def release(self, written: Sequence[Written] = ()) -> None:
+        """End what the call alone held; ``written`` (what ffmpeg left at each output) goes in
+        the ledger's log for ``janitor run``'s summary."""
+        raise NotImplementedError
+
+
+class _DaemonHold(_Hold):
+    def __init__(self, daemon: DaemonClient, verdict: dict[str, Any]) -> None:
+        from janitor.guarding.held import WriteSession
+
+        release = verdict.get("release")
+        if not isinstance(release, dict):
+            raise GuardError("the daemon's answer has no release")
         try:
-            st = os.statvfs(os.path.dirname(held.output) or ".")
+            session = WriteSession.from_wire(verdict["session"])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            # What the daemon granted ends first: the ledger will hold the call anew.
+            daemon.call("POST", "/v1/guard/release", {**release, "written": []})
+            raise GuardError(
+                "the daemon's session is not one the Python guard understands"
+            ) from None
+        super().__init__(verdict, session)
+        self.daemon = daemon
+
+    def cover(self, pid: int) -> None:
+        # not waited for: the guard owns the reservation too, and ffmpeg dies with the guard
+        for rid in self.own:
+            self.daemon.send("POST", f"/v1/reservations/{rid}/cover", {"pid": pid})
+
+    def at_risk(self, rid: str) -> str | None:
+        status, body = self.daemon.call("GET", f"/v1/reservations/{rid}")
+        return body.get("at_risk") if status == 200 and isinstance(body, dict) else None
+
+    def release(self, written: Sequence[Written] = ()) -> None:
+        if self.holds or written:
+            body = {**self.release_body, "written": [w.as_dict() for w in written]}
+            self.daemon.call("POST", "/v1/guard/release", body)
+
+
+class _LedgerHold(_Hold):
+    """No daemon: the ledger directly, as ``janitor reserve`` does."""
+
+    def __init__(self, jan: Janitor, verdict: dict[str, Any]) -> None:
+        from janitor.guarding.held import WriteSession
+
+        super().__init__(verdict, WriteSession.from_wire(verdict["session"]))
+        self.jan = jan
+
+    def cover(self, pid: int) -> None:
+        for rid in self.own:
+            self.jan.cover(rid, pid)
+
+    def at_risk(self, rid: str) -> str | None:
+        from janitor.errors import SpaceRisk
+
+        try:
+            self.jan.check_risk(self.jan.get(rid))
+        except SpaceRisk as exc:
+            return exc.reason
+        return None
+
+    def release(self, written: Sequence[Written] = ()) -> None:
+        from janitor.guarding.close import close_released
+
+        close_released(self.jan, self.release_body, written)
+        self.jan.ledger.close()
+
+
+# -- the call's verdict: the daemon's, else this process's ---------------------------------------
+
+
+def _socket(socket_path: str | None) -> str | None:
+    runtime = os.environ.get("JANITOR_RUNTIME_DIR")
+    return os.path.join(runtime, "janitor.sock") if runtime else socket_path
+
+
+def _tell(verdict: dict[str, Any], log_dir: str | None) -> None:
+    """Print and log what a verdict says to."""
+    line = verdict.get("say")
+    if line:
+        _say(str(line))
+    line = verdict.get("log")
+    if line:
+        _log(log_dir, str(line), debug=bool(verdict.get("debug")))
+
+
+def _decide(
+    call: dict[str, Any],
+    socket_path: str | None,
+    log_dir: str | None,
+    started: float,
+    *,
+    handed_over: str | None = None,
+) -> tuple[dict[str, Any], _Hold | None]:
+    """The call's verdict (what to do) and, for one that runs, who holds it: the daemon when
+    it answers with a verdict, else this process through the ledger; the ledger at once for a
+    call the compiled front end ``handed_over`` (saying why). A queued call's wait ends at the
+    call's deadline, fixed as the guarded ffmpeg ``started`` (``time.monotonic()``): a wait
+    handed on goes on, never starts again."""
+    if handed_over is not None:
+        quiet = handed_over.startswith("no daemon answers")  # as the Python guard says nothing
+        _log(log_dir, f"the compiled front end handed this call over: {handed_over}; "
+             "reserving through the ledger", debug=quiet)  # fmt: skip
+        return _here(call, log_dir, started)
+    path = _socket(socket_path)
+    if path:
+        from janitor.jobs.daemon_client import DaemonClient
+
+        try:
+            daemon = DaemonClient(path, timeout=answer_timeout())
         except OSError:
-            continue
-        if st.f_bavail * st.f_frsize < held.floor:
-            return (
-                f"stopped ffmpeg writing {held.output}: its volume fell below its floor while "
-                "it wrote (writers outside every reservation took the space)"
-            )
-    return None
+            daemon = None
+        if daemon is not None:
+            try:
+                return _through_daemon(daemon, call, log_dir)
+            except (GuardError, OSError, ValueError) as exc:
+                daemon.close()  # another policy, an old daemon: the ledger decides, said so
+                _log(log_dir, f"the daemon at {path} did not take this call ({exc}); "
+                     "reserving through the ledger")  # fmt: skip
+    return _here(call, log_dir, started)
 
 
-def _finish(returncode: int) -> int:
-    """Exit as ffmpeg did: by the same signal if it was killed by one."""
-    if returncode >= 0:
-        return returncode
-    import signal
+def _through_daemon(
+    daemon: DaemonClient, call: dict[str, Any], log_dir: str | None
+) -> tuple[dict[str, Any], _Hold | None]:
+    """The daemon's verdict (``POST /v1/guard/call``, then its wait in turn); GuardError when
+    it answers what is not one, OSError when it dies or stops answering (by the call's deadline
+    and :data:`WAIT_GRACE_S`, once the call waits)."""
+    status, body = daemon.call("POST", "/v1/guard/call", call)
+    action = verdict_of(status, body)
+    if action == "wait":
+        ticket = body.get("ticket")
+        if not isinstance(ticket, str) or not ticket:
+            raise GuardError("the daemon queued the call without a ticket")
+        _tell(body, log_dir)
+        # The daemon answers when the call is admitted or its wait runs out; one that does
+        # not by then (dead, stopped) leaves the rest of the wait to the ledger.
+        status, body = daemon.call(
+            "POST", "/v1/guard/call/wait", {"ticket": ticket, "owner_pid": os.getpid()},
+            timeout=_seconds(body.get("wait_s")) + WAIT_GRACE_S,
+        )  # fmt: skip
+        action = verdict_of(status, body)
+        if action in ("wait", "exec"):
+            action = None  # not what a wait ends in
+    if action is None:
+        said = body.get("message") if isinstance(body, dict) else None
+        raise GuardError(f"the daemon answered {status}: {said or body}")
+    if action == "run":
+        return body, _DaemonHold(daemon, body)
+    daemon.close()
+    return body, None
 
-    sig = -returncode
+
+def _here(
+    call: dict[str, Any], log_dir: str | None, started: float
+) -> tuple[dict[str, Any], _Hold | None]:
+    """The verdict decided in this process, as the daemon decides it, through the ledger
+    (opened only for a call that writes what can be reserved)."""
+    from janitor.guarding.verdict import Verdict, admitted, decide_wait, local_probe, planned
+
+    request = planned(call, probe_for=local_probe)
+    if isinstance(request, Verdict):
+        return request.body, None
+    from janitor.core import Janitor
+
+    jan = Janitor.from_settings()
     try:
-        signal.signal(sig, signal.SIG_DFL)  # SIGKILL has no handler to reset: OSError
-    except (OSError, ValueError):
-        pass
-    try:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
-        os.kill(os.getpid(), sig)
-    except (OSError, ValueError):
-        pass
-    return 128 + sig
+        verdict = admitted(jan, request, call["args"], received=started, via="ledger")
+        if verdict.prepared is not None:  # queued: say so once, then wait in turn
+            _tell(verdict.body, log_dir)
+            ticket = verdict.body["ticket"]
+            verdict = decide_wait(jan, verdict.prepared, ticket, via="ledger")
+    except BaseException:
+        jan.ledger.close()
+        raise
+    if verdict.body["action"] == "run":
+        return verdict.body, _LedgerHold(jan, verdict.body)
+    jan.ledger.close()
+    return verdict.body, None
 
 
 def main(
@@ -481,40 +462,23 @@ def main(
     if asks_only_for_information(args):
         # Not logged: hundreds a recording would push the lines that matter out of guard.log.
         return _exec(real, args)
-    opts = call_options(os.environ, cache_dir=cache_dir, policy=policy, wait_s=wait_s)
+    resolved = dict(zip(CONFIG_KEYS, (policy, cache_dir, repr(wait_s)), strict=True))
     try:
-        request = plan(
-            args, cwd=os.getcwd(), real=real, owner_pid=os.getpid(), writer_pid=parent,
-            job=opts["job"], run=opts["run"], cache_dir=opts["cache_dir"],
+        call = call_body(
+            "ffmpeg", real, args, cwd=os.getcwd(), owner_pid=os.getpid(), writer_pid=parent,
+            env={k: os.environ[k] for k in CALL_ENV if os.environ.get(k)},
+            config={k: v for k, v in resolved.items() if v},
+            elapsed_s=round(time.monotonic() - started, 3),
         )  # fmt: skip
-    except Exception as exc:  # never break ffmpeg: an estimate we cannot make runs unguarded
-        _log(log_dir, unguarded_line(f"estimate failed: {exc!r}", args), debug=True)
-        return _exec(real, args)
-    if isinstance(request, str):
-        _log(log_dir, unguarded_line(request, args), debug=True)
-        return _exec(real, args)
-    if opts["policy"]:
-        request["policy"] = opts["policy"]
-    deadline = started + opts["wait_s"]
-    try:
-        hold = _hold(request, socket_path, log_dir, deadline, handed_over=handed_over)
-    except ReservationRefused as exc:
-        _say(refusal_line(exc))
-        _log(log_dir, f"refused: {refusal_line(exc)}")
-        return EXIT_REFUSED
-    except Stopped as exc:
-        line = stopped_before_line(str(exc))
-        _say(line)
-        _log(log_dir, line)
-        return EXIT_REFUSED
+        verdict, hold = _decide(call, socket_path, log_dir, started, handed_over=handed_over)
     except Exception as exc:  # a broken ledger, a confused daemon: run unguarded, say so
         _log(log_dir, f"unguarded (cannot reserve: {exc}): ffmpeg {' '.join(args)}")
         return _exec(real, args)
-    if not hold.session.writes:
-        hold.release()
-        _log(log_dir, unguarded_line("no managed volume", args), debug=True)
+    _tell(verdict, log_dir)
+    if verdict["action"] == "refuse":
+        return EXIT_REFUSED
+    if hold is None:  # exec: nothing to reserve
         return _exec(real, args)
-    _log(log_dir, reserved_line(hold.via, hold.session))
     return _run(real, args, hold, log_dir)
 
 
@@ -532,89 +496,74 @@ def answer_timeout() -> float:
     return ANSWER_TIMEOUT_S
 
 
-def _seconds(text: str | None) -> float:
-    """The seconds a call had taken when it was handed over (:data:`ELAPSED_ENV`): 0 when
-    not a number of seconds from 0 to a day."""
+def _seconds(text: object) -> float:
+    """Seconds from a word of the protocol (:data:`ELAPSED_ENV`, a queued call's ``wait_s``):
+    0 when not a number of seconds from 0 to a day."""
     try:
-        value = float(text or 0)
-    except ValueError:
+        value = float(text or 0)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
         return 0.0
     return value if 0 <= value <= 86400 else 0.0
 
 
-def _left(deadline: float) -> float:
-    """Seconds left of a call's wait for room (``deadline``: ``time.monotonic()``), 0 once
-    it passed."""
-    return max(0.0, deadline - time.monotonic())
+# -- running ffmpeg under the call's reservations ---------------------------------------------
 
 
-def _hold(
-    request: dict[str, Any],
-    socket_path: str | None,
-    log_dir: str | None,
-    deadline: float,
-    *,
-    handed_over: str | None = None,
-) -> _Hold:
-    """Through the daemon when it answers (and runs the same policy), else the library; the
-    library at once for a call the compiled front end ``handed_over`` (saying why). Each waits
-    for room only until the call's ``deadline`` (``time.monotonic()``), fixed once as the
-    guarded ffmpeg started: a wait handed on goes on, never starts again."""
-    if handed_over is not None:
-        quiet = handed_over.startswith("no daemon answers")  # as the Python guard says nothing
-        _log(log_dir, f"the compiled front end handed this call over: {handed_over}; "
-             "reserving through the ledger", debug=quiet)  # fmt: skip
-        return _LibraryHold(request, log_dir, deadline)
-    runtime = os.environ.get("JANITOR_RUNTIME_DIR")
-    path = os.path.join(runtime, "janitor.sock") if runtime else socket_path
-    if path:
-        from janitor.jobs.daemon_client import DaemonClient
+class _GuardWatch(Watch):
+    """The guard's watch of ffmpeg: its outputs held to what the verdict granted, their risk
+    asked of whoever holds them, in the guard's words."""
 
+    def __init__(self, hold: _Hold, writes: Sequence[HeldWrite]) -> None:
+        super().__init__([Watched(w.output, w.allowed, w.reservation, w.floor) for w in writes])
+        self.hold = hold
+        self.writes = list(writes)
+
+    def cover(self, pid: int) -> None:
         try:
-            daemon = DaemonClient(path, timeout=answer_timeout())
+            self.hold.cover(pid)
+        except Exception:
+            pass  # it ended already, or the ledger is busy: the guard's own life still covers it
+
+    def outgrown(self, index: int, written: int) -> str | None:
+        from janitor.humanize import format_size
+
+        held = self.writes[index]
+        what = "its job has left of its working set" if held.pooled else "reserved for it"
+        return (
+            f"stopped ffmpeg: {held.output} reached {format_size(written)}, past the "
+            f"{format_size(held.allowed)} {what}"
+        )
+
+    def at_risk(self, output: Watched) -> str | None:
+        try:
+            reason = self.hold.at_risk(output.reservation)
         except OSError:
-            daemon = None
-        if daemon is not None:
-            try:
-                return _DaemonHold(daemon, request, log_dir, deadline)
-            except (ReservationRefused, Stopped):
-                daemon.close()
-                raise
-            except (GuardError, OSError, ValueError) as exc:
-                daemon.close()  # another policy, an old daemon: the library decides, said so
-                _log(log_dir, f"the daemon at {path} did not take this call ({exc}); "
-                     "reserving through the ledger")  # fmt: skip
-    return _LibraryHold(request, log_dir, deadline)
+            reason = None
+        return f"stopped ffmpeg writing {output.path}: {reason}" if reason else None
+
+    def fell_below(self, output: Watched) -> str:
+        return (
+            f"stopped ffmpeg writing {output.path}: its volume fell below its floor while it "
+            "wrote (writers outside every reservation took the space)"
+        )
 
 
 def _run(real: str, args: list[str], hold: _Hold, log_dir: str | None) -> int:
-    from janitor.jobs.supervise import Supervised, forward_signals, restore_signals
-
-    before = {h.output: _identity(h.output) for h in hold.session.writes if h.output}
+    session = hold.session
+    before = {h.output: _identity(h.output) for h in session.writes if h.output}
+    watch = _GuardWatch(hold, session.writes)
     try:
-        child, previous = forward_signals(lambda: Supervised([real, *args]))
+        watch.start([real, *args])
     except OSError as exc:
         hold.release()
         _say(f"cannot run {real}: {exc.strerror}")
         return EXIT_NO_FFMPEG
     stopped = None
+    removed: list[str] = []
     try:
-        try:
-            hold.cover(child.pid)
-        except Exception:
-            pass  # it ended already, or the ledger is busy: the guard's own life still covers it
-        stopped = _watch(child, hold)
-        if stopped is not None:
-            child.stop(5.0)
+        ended = watch.wait()
+        stopped = ended.stopped
     finally:
-        restore_signals(previous)
-        if child.returncode is None:
-            child.stop(5.0)
-        code = child.wait()
-        assert code is not None
-        if stopped is None:
-            stopped = _failed_below_floor(hold, code)
-        removed = []
         if stopped is not None:
             removed = [o for o, b in before.items() if _remove_output(o, b)]
         try:
@@ -627,4 +576,4 @@ def _run(real: str, args: list[str], hold: _Hold, log_dir: str | None) -> int:
         _say(line)
         _log(log_dir, line)
         return EXIT_REFUSED
-    return _finish(code)
+    return ended.end_as_writer()

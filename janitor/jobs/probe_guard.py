@@ -4,7 +4,7 @@ batchalign3 probes a cached WAV's duration with a bare ``ffprobe`` from ``PATH``
 cache hit and its first cut, and may run UTR for minutes in between; a guard first on ``PATH``
 (``janitor shim install``, ``janitor run``) sees that probe. It sends the call as it got it
 (its arguments, folder, parent and ``TMPDIR``) to the daemon's ``POST /v1/guard/probe``, or,
-with no daemon, decides it here through the ledger (:mod:`janitor.jobs.probe_call`): the cache
+with no daemon, decides it here through the ledger (:mod:`janitor.guarding.probe_call`): the cache
 entries it probes are marked awaiting use for the prober, and a probe of a cached WAV whose
 alignment could never fit is refused (exit 75, one ``space-janitor:`` line). Then, and in
 every other case, it becomes the real ffprobe (``exec``): the same arguments, stdin, stdout,
@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
+from janitor.guarding.protocol import PROBE_ENV, call_body
 from janitor.jobs.guard import (
     ELAPSED_ENV,
     EXIT_NO_FFMPEG,
@@ -43,17 +44,11 @@ ANSWER_TIMEOUT_S = 10.0
 
 
 def _call(args: Sequence[str], real: str, config: dict[str, str]) -> dict[str, Any]:
-    from janitor.jobs.probe_call import PROBE_ENV
-
-    return {
-        "args": list(args),
-        "cwd": os.getcwd(),
-        "owner_pid": os.getpid(),
-        "writer_pid": os.getppid(),
-        "ffprobe": real,
-        "env": {k: os.environ[k] for k in PROBE_ENV if os.environ.get(k)},
-        "config": config,
-    }
+    return call_body(
+        "ffprobe", real, list(args), cwd=os.getcwd(), owner_pid=os.getpid(),
+        writer_pid=os.getppid(), env={k: os.environ[k] for k in PROBE_ENV if os.environ.get(k)},
+        config=config,
+    )  # fmt: skip
 
 
 def _through_daemon(call: dict[str, Any], socket_path: str | None) -> dict[str, Any] | None:
@@ -81,7 +76,7 @@ def _through_daemon(call: dict[str, Any], socket_path: str | None) -> dict[str, 
 
 def _through_ledger(call: dict[str, Any], policy: str | None) -> dict[str, Any]:
     from janitor.core import Janitor
-    from janitor.jobs.probe_call import decide_probe
+    from janitor.guarding.probe_call import decide_probe
 
     jan = Janitor.from_settings()
     try:

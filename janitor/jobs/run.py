@@ -34,7 +34,7 @@ from janitor.host.batchalign3 import media_cache_dir
 
 if TYPE_CHECKING:
     from janitor.core import Janitor
-    from janitor.jobs.ffmpeg import Probe
+    from janitor.guarding.ffmpeg import Probe
     from janitor.jobs.run_daemon import RunDaemon
 
 __all__ = [
@@ -272,11 +272,11 @@ def preflight(
     ``$TMPDIR``, each with the policy's tree that holds it, or said to be managed by none.
     Each file's bytes are what ``janitor estimate`` says for it (the one estimator); what it
     needs of a file comes from its header, or from ffprobe in parallel (``workers``, default 2
-    per core), remembered per file (janitor.jobs.ffmpeg.Probe) so a second pre-flight of the
+    per core), remembered per file (janitor.guarding.ffmpeg.Probe) so a second pre-flight of the
     same folder is instant.
     """
+    from janitor.guarding import ffmpeg
     from janitor.host.space import volume_stats
-    from janitor.jobs import ffmpeg
 
     if concurrency < 1:
         raise ConfigError(f"--concurrency {concurrency} must be at least 1")
@@ -347,7 +347,7 @@ _USUAL = {"cache": ("media_cache", "BATCHALIGN_MEDIA_CACHE_DIR"), "scratch": ("j
 
 def _place(jan: Janitor, what: str, folder: Path, role: str) -> Place:
     """``folder`` (where batchalign3 writes ``what``) and the policy's tree that holds it."""
-    from janitor.jobs.writes import locate
+    from janitor.guarding.prepare import locate
 
     # A name inside the folder: a tree whose root is the folder holds it, as one above it does.
     sample = os.path.join(folder, ".tmp000000" if role == "scratch" else f"{'0' * 24}.wav")

@@ -9,8 +9,8 @@ the product exists to stop. So the command dies with its supervisor:
   end only the supervisor holds. However the supervisor dies, the kernel closes that end, the
   read returns at EOF and the sentinel kills the command's process group with SIGKILL. This is
   what macOS gets (it has no pdeathsig);
-* on Linux the command also gets ``PR_SET_PDEATHSIG``: the kernel sends it SIGKILL the moment
-  the supervisor dies, even if the sentinel was killed too.
+* on Linux the command also gets ``PR_SET_PDEATHSIG`` (:mod:`janitor.host.parent_death`): the
+  kernel sends it SIGKILL the moment the supervisor dies, even if the sentinel was killed too.
 
 The command leads a process group of its own, so a shell wrapper's children go with it; only a
 command started from an interactive terminal's foreground stays in the supervisor's group (it
@@ -30,7 +30,8 @@ try:  # the C module: ``signal`` builds its enums at import, 8 ms on every guard
 except ImportError:  # pragma: no cover - not CPython
     import signal  # type: ignore[no-redef,unused-ignore]
 
-from janitor.host.fastpaths import LINUX, PORTABLE
+from janitor.host.fastpaths import PORTABLE
+from janitor.host.parent_death import death_signal_setter
 
 # The guarded ffmpeg imports this module on every call: no typing at run time.
 TYPE_CHECKING = False
@@ -65,7 +66,6 @@ _SENTINEL = (
     'trap "" INT QUIT HUP TERM TSTP; '
     'IFS= read -r word; [ "$word" = done ] || kill -s KILL -- "$1" 2>/dev/null; exit 0'
 )
-_PR_SET_PDEATHSIG = 1
 #: waitid(WNOWAIT) lets the supervisor see the exit before it reaps; macOS's Python lacks it
 #: before 3.13, and the portable mode does without it as macOS does.
 _WNOWAIT = hasattr(os, "waitid") and hasattr(os, "WNOWAIT") and not PORTABLE
@@ -78,18 +78,6 @@ def in_foreground() -> bool:
         return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
     except OSError:
         return False
-
-
-def _prctl() -> Any:
-    """libc's ``prctl`` on Linux (for ``PR_SET_PDEATHSIG``), else None."""
-    if not LINUX:
-        return None
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (ImportError, OSError, AttributeError):
-        return None
 
 
 def _which(name: str, env: Mapping[str, str] | None) -> str:
@@ -161,7 +149,7 @@ class Supervised:
         self, exe: str, argv: list[str], env: dict[str, str], stdio: tuple[int | None, ...]
     ) -> int:
         """fork + exec, the child armed first: pdeathsig, its own group, default SIGPIPE."""
-        prctl = _prctl()
+        die_with_us = death_signal_setter()  # resolved here: the child only calls it
         parent = os.getpid()
         group = not self.foreground
         for arg in (exe, *argv, *env, *env.values()):  # what execve would refuse in the child
@@ -179,8 +167,8 @@ class Supervised:
         if pid == 0:  # pragma: no cover - the child, measured through its behaviour
             try:
                 os.close(errors_r)
-                if prctl is not None:
-                    prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+                if die_with_us is not None:
+                    die_with_us(int(signal.SIGKILL))
                     if os.getppid() != parent:  # the supervisor died before that took effect
                         os.kill(os.getpid(), signal.SIGKILL)
                 if group:

@@ -8,9 +8,9 @@
  *   1. finds the real ffmpeg (JANITOR_FFMPEG, else the first `ffmpeg` on PATH that is not a
  *      guard) and execs it at once for a request for information (-version, -h ...);
  *   2. sends the call as it got it (arguments, folder, parent, the JANITOR_* variables that
- *      shape it) to the daemon's POST /v1/guard/call, in one request on its Unix socket: the
- *      daemon estimates, admits, pins and records the job exactly as for the Python guard,
- *      and answers what to do and the lines to print and log;
+ *      shape it) to the daemon's POST /v1/guard/call, in one request on its Unix socket, as
+ *      the Python guard does (janitor.guarding.protocol): the daemon estimates, admits, pins
+ *      and records the job, and answers what to do and the lines to print and log;
  *   3. runs the real ffmpeg and supervises it as the Python guard does: its output against
  *      the reservation, the reservation put at risk, signals passed on, ffmpeg never
  *      outliving us (PR_SET_PDEATHSIG on Linux; everywhere a sentinel process), the same
@@ -65,6 +65,8 @@ extern char **environ;
 #define GUARD_MARK "# space-janitor guard"
 #define EXIT_REFUSED 75
 #define EXIT_NO_FFMPEG 127
+/* What every #define below says, Python says too, or it is this program's own: the watch's
+ * (janitor.jobs.watch), the guard's (janitor.jobs.guard); tests/test_guard_native.py reads them. */
 #define POLL_MS 200
 #define MARGIN 0.05
 #define SLACK (256.0 * 1024.0)
@@ -92,10 +94,10 @@ static const char *const INFO_OPTIONS[] = {
     "-hwaccels", "-sources", "-sinks", NULL,
 };
 
-/* The variables a probe call sends (janitor.jobs.probe_call.PROBE_ENV). */
+/* The variables a probe call sends (janitor.guarding.protocol.PROBE_ENV). */
 static const char *const PROBE_ENV[] = {"TMPDIR", "JANITOR_POLICY", "JANITOR_CACHE_DIR", NULL};
 
-/* The variables that shape a call (janitor.jobs.call.CALL_ENV). */
+/* The variables that shape a call (janitor.guarding.protocol.CALL_ENV). */
 static const char *const CALL_ENV[] = {
     "JANITOR_JOB", "JANITOR_RUN", "JANITOR_POLICY", "JANITOR_CACHE_DIR", "JANITOR_GUARD_WAIT_S",
     NULL,
@@ -245,7 +247,7 @@ static int has_mark(const char *path) {
 }
 
 /* A guard of ours: its mark in its first 512 bytes (a script), or beside its real path an
- * `ffmpeg.guard` with the mark (this program). janitor.jobs.guard._is_guard says the same. */
+ * `ffmpeg.guard` with the mark (this program). janitor.guarding.mark.is_guard says the same. */
 static int is_guard(const char *path) {
     if (has_mark(path)) return 1;
     char real[PATH_MAX];
@@ -739,7 +741,7 @@ static int below_floor(const struct held *h) {
     return (double)vs.f_bavail * (double)vs.f_frsize < h->floor;
 }
 
-/* Why a failed ffmpeg counts as stopped (janitor.jobs.guard._failed_below_floor): it exited
+/* Why a failed ffmpeg counts as stopped (janitor.jobs.watch, Watch.fell_below): it exited
  * with an error while an output's volume was below its floor, so writers outside every
  * reservation took the space it was promised. NULL otherwise. */
 static char *failed_below_floor(const struct held *w, int nw, int status) {
@@ -755,7 +757,7 @@ static char *failed_below_floor(const struct held *w, int nw, int status) {
 }
 
 /* Until ffmpeg ends: why it must stop (its output past the reservation, the reservation at
- * risk), else NULL; `status` is its wait status then. janitor.jobs.guard._watch, in C. */
+ * risk), else NULL; `status` is its wait status then. janitor.jobs.watch.Watch, in C. */
 static char *watch(pid_t pid, struct held *w, int nw, int *status, int *reaped) {
     int64_t checked = 0, tick = now_ms() + POLL_MS;
     for (;;) {

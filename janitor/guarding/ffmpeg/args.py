@@ -9,7 +9,7 @@ inputs and outputs (:func:`parse`); which URLs name local files.
 
 from __future__ import annotations
 
-from janitor.jobs.ffmpeg.records import FileArg, Invocation, NotEstimable, Option
+from janitor.guarding.ffmpeg.records import FileArg, Invocation, NotEstimable, Option
 
 TYPE_CHECKING = False  # typing costs several ms to import; mypy treats this name as True
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ of a file (:class:`Window`), what the decoder emits, and what the resampler make
   that begins before the edit's end: up to 1023 samples more than the duration ffprobe reports;
   MP3 with a LAME/Lavf tag decodes its frames less the encoder delay and padding the tag
   states, which ffprobe's duration still counts. Both are read from the header
-  (janitor.jobs.ffmpeg.container), so their whole-file conversions and cuts past the end are
+  (janitor.guarding.ffmpeg.container), so their whole-file conversions and cuts past the end are
   exact; without such a header one AAC frame is added to the duration (an upper bound). MP3
   without the tag, Opus and WMA decode to at most the ffprobe duration; FLAC, Vorbis and WAV to
   exactly it.
@@ -23,8 +23,8 @@ of a file (:class:`Window`), what the decoder emits, and what the resampler make
 
 from __future__ import annotations
 
-from janitor.jobs.ffmpeg.args import parse_time_us
-from janitor.jobs.ffmpeg.records import MediaInfo, NotEstimable, Option
+from janitor.guarding.ffmpeg.args import parse_time_us
+from janitor.guarding.ffmpeg.records import MediaInfo, NotEstimable, Option
 
 __all__ = [
     "Window",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from janitor.jobs.ffmpeg.records import MediaInfo
-from janitor.jobs.ffmpeg.wav import generic_tag, riff_key
+from janitor.guarding.ffmpeg.records import MediaInfo
+from janitor.guarding.ffmpeg.wav import generic_tag, riff_key
 
 TYPE_CHECKING = False  # typing costs several ms to import; mypy treats this name as True
 if TYPE_CHECKING:

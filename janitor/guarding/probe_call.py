@@ -18,7 +18,7 @@ only then cuts the WAV group by group into a job folder under its ``TMPDIR``. A 
 
 Every other call, and every call that is not refused, runs the real ffprobe at once: the same
 arguments, stdin, stdout, stderr and exit code (the front end ``exec``\\ s it). The verdict is
-:class:`~janitor.jobs.call.Verdict`'s shape: ``exec`` or ``refuse``, with the lines to print
+a :class:`~janitor.guarding.verdict.Verdict`: ``exec`` or ``refuse``, with the lines to print
 and log. Imported by the Python front end only when it decides without a daemon.
 """
 
@@ -29,8 +29,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from janitor.guarding.verdict import Verdict, policy_mismatch
 from janitor.humanize import format_size
-from janitor.jobs.call import Verdict
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -38,11 +38,8 @@ if TYPE_CHECKING:
     from janitor.admission.awaiting import CacheEntry
     from janitor.core import Janitor
 
-__all__ = ["PROBE_ENV", "FaNeed", "decide_probe", "fa_need", "probed_files"]
+__all__ = ["FaNeed", "decide_probe", "fa_need", "probed_files"]
 
-#: The variables a probe call sends when they are set: where the prober's jobs go
-#: (``TMPDIR``), and the policy and probe cache it expects.
-PROBE_ENV = ("TMPDIR", "JANITOR_POLICY", "JANITOR_CACHE_DIR")
 #: batchalign3's forced-alignment cut, whose working set a probe of a cached WAV announces
 #: (BRIEF: "FA group PCM"); the window is only there to make it a cut.
 _FA_CUT = ("-f", "f32le", "-acodec", "pcm_f32le", "-ar", "16000", "-ac", "1")
@@ -94,8 +91,8 @@ def fa_need(jan: Janitor, wav: str, tmpdir: str) -> FaNeed | None:
     """The working set of aligning ``wav`` in a job folder under ``tmpdir``, worked out as
     the guard works out a first cut's; None when it cannot be (not a WAV whose header tells
     its length) or no tree of the policy is on that folder's volume."""
-    from janitor.jobs import ffmpeg
-    from janitor.jobs.writes import locate
+    from janitor.guarding import ffmpeg
+    from janitor.guarding.prepare import locate
 
     folder = os.path.join(tmpdir, ".tmp-fa-probe")
     out = os.path.join(folder, "fa_v2", "audio", "fa-v2-audio-0-0.pcm")
@@ -118,13 +115,13 @@ def decide_probe(
     jan: Janitor,
     call: Mapping[str, Any],
     *,
-    policy_path: str,
+    policy_path: str | None,
     defer: Callable[[Callable[[], object]], object] | None = None,
 ) -> Verdict:
     """The verdict on one ffprobe call (the body of ``POST /v1/guard/probe``): ``refuse`` (507)
     a probe of a cached WAV whose alignment could never fit, else ``exec``, and the cache
     entries it probes marked awaiting use for the prober. 409 when the call expects another
-    policy than ``policy_path``.
+    policy than ``policy_path`` (None: the caller's own, deciding in its own process).
 
     ``defer(work)``: run the marking after the answer is sent (the daemon: the prober's
     ffprobe runs meanwhile, and its use of the entry comes minutes later, at its first cut);
@@ -133,14 +130,9 @@ def decide_probe(
 
     env = call.get("env") or {}
     expected = env.get("JANITOR_POLICY") or (call.get("config") or {}).get("policy")
-    if expected and os.path.realpath(expected) != os.path.realpath(policy_path):
-        return Verdict(
-            409,
-            {
-                "error": "policy_mismatch",
-                "message": f"the daemon runs policy {policy_path}, not {expected}",
-            },
-        )
+    mismatch = policy_mismatch(expected, policy_path)
+    if mismatch is not None:
+        return mismatch
     probed = (cache_entry(jan.policy, p) for p in probed_files(call["args"], call["cwd"]))
     entries = [e for e in probed if e is not None]
     if not entries:

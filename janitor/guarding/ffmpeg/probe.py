@@ -1,5 +1,5 @@
 """Describing an input for the estimator (:class:`MediaInfo`): from its header where that says
-everything (janitor.jobs.ffmpeg.container), else from ffprobe, remembered in a small file cache
+everything (janitor.guarding.ffmpeg.container), else from ffprobe, remembered in a small file cache
 that every process shares (:class:`Probe`, in :func:`probe_cache_dir`).
 
 One probe serves every estimate: the guarded ffmpeg, the daemon's ``POST /v1/estimate``,
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 
-from janitor.jobs.ffmpeg.container import container_samples, header_info
-from janitor.jobs.ffmpeg.records import MediaInfo, NotEstimable
-from janitor.jobs.ffmpeg.wav import riff_key
+from janitor.guarding.ffmpeg.container import container_samples, header_info
+from janitor.guarding.ffmpeg.records import MediaInfo, NotEstimable
+from janitor.guarding.ffmpeg.wav import riff_key
 
 __all__ = ["Probe", "probe_cache_dir"]
 
@@ -46,8 +46,8 @@ def _unescape(text: str) -> str:
 
 
 class Probe:
-    """``duration_of(path)`` for :func:`~janitor.jobs.ffmpeg.estimate`: the file's header where
-    it says everything (:func:`~janitor.jobs.ffmpeg.container.header_info`: plain WAVs, AAC-LC
+    """``duration_of(path)`` for :func:`~janitor.guarding.ffmpeg.estimate`: the file's header where
+    it says everything (:func:`~janitor.guarding.ffmpeg.container.header_info`: plain WAVs, AAC-LC
     M4As; nothing written for those), else ffprobe, remembered in a small file cache.
 
     One tiny file per input version, named by ``(st_dev, st_ino, st_size, st_mtime_ns)`` and
@@ -294,7 +294,7 @@ def _decode_entry(text: str, key: tuple[int, int, int, int]) -> MediaInfo | None
 def _find_ffprobe(ffmpeg: str | None) -> str | None:
     """ffprobe next to the real ffmpeg (as named, then with links resolved), else on PATH;
     never a guarded ffprobe of ours (it would mark what the estimator only measures)."""
-    from janitor.jobs.mark import is_guard
+    from janitor.guarding.mark import is_guard
 
     places: list[str] = []
     if ffmpeg:

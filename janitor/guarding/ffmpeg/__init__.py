@@ -36,11 +36,11 @@ binary, are in each one's own text):
 
 from __future__ import annotations
 
-from janitor.jobs.ffmpeg.args import input_files, local_path, parse, parse_time, parse_time_us
-from janitor.jobs.ffmpeg.container import container_duration, container_samples, header_info
-from janitor.jobs.ffmpeg.outputs import estimate, estimate_command
-from janitor.jobs.ffmpeg.probe import Probe, probe_cache_dir
-from janitor.jobs.ffmpeg.records import (
+from janitor.guarding.ffmpeg.args import input_files, local_path, parse, parse_time, parse_time_us
+from janitor.guarding.ffmpeg.container import container_duration, container_samples, header_info
+from janitor.guarding.ffmpeg.outputs import estimate, estimate_command
+from janitor.guarding.ffmpeg.probe import Probe, probe_cache_dir
+from janitor.guarding.ffmpeg.records import (
     FileArg,
     Invocation,
     MediaInfo,
@@ -48,8 +48,8 @@ from janitor.jobs.ffmpeg.records import (
     Option,
     OutputEstimate,
 )
-from janitor.jobs.ffmpeg.samples import resampled_samples
-from janitor.jobs.ffmpeg.wav import (
+from janitor.guarding.ffmpeg.samples import resampled_samples
+from janitor.guarding.ffmpeg.wav import (
     LAVF_ENCODER_CHUNK,
     PCM_CODECS,
     RAW_FORMATS,

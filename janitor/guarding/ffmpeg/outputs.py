@@ -4,24 +4,24 @@
 An output is estimated in steps, each a small function returning a named value or
 :class:`NotEstimable`: what the output's own options ask for (:class:`_Asked`), the muxer and
 codec that follow (:class:`_Encoding`), the input that feeds it and the window read from it,
-the rate and channels written (:class:`_Shape`), then the samples (janitor.jobs.ffmpeg.samples)
-and the WAV header (janitor.jobs.ffmpeg.wav). Only raw PCM and WAV outputs are estimated.
+the rate and channels written (:class:`_Shape`), then the samples (janitor.guarding.ffmpeg.samples)
+and the WAV header (janitor.guarding.ffmpeg.wav). Only raw PCM and WAV outputs are estimated.
 """
 
 from __future__ import annotations
 
 import os
 
-from janitor.jobs.ffmpeg.args import UNSAFE, parse, split_url
-from janitor.jobs.ffmpeg.records import (
+from janitor.guarding.ffmpeg.args import UNSAFE, parse, split_url
+from janitor.guarding.ffmpeg.records import (
     FileArg,
     Invocation,
     MediaInfo,
     NotEstimable,
     OutputEstimate,
 )
-from janitor.jobs.ffmpeg.samples import Window, set_time, written_samples
-from janitor.jobs.ffmpeg.wav import (
+from janitor.guarding.ffmpeg.samples import Window, set_time, written_samples
+from janitor.guarding.ffmpeg.wav import (
     EXT_FORMATS,
     PCM_CODECS,
     RAW_FORMATS,
@@ -35,7 +35,7 @@ TYPE_CHECKING = False  # typing costs several ms to import; mypy treats this nam
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from janitor.jobs.ffmpeg.probe import Probe
+    from janitor.guarding.ffmpeg.probe import Probe
 
 __all__ = ["estimate", "estimate_command"]
 
@@ -84,7 +84,7 @@ def estimate_command(
         if not isinstance(local, NotEstimable) and not os.path.isabs(local):
             inp.url = os.path.join(base, local)
     if probe is None:
-        from janitor.jobs.ffmpeg.probe import Probe
+        from janitor.guarding.ffmpeg.probe import Probe
 
         probe = Probe(None)
     est = estimate(inv, probe.duration_of)

@@ -1,10 +1,10 @@
 """What a guarded ffmpeg call holds and what it leaves: the values both ends of the guard share.
 
-:func:`janitor.jobs.writes.open_writes` (and the daemon's ``POST /v1/guard``) answers with a
-:class:`WriteSession`, its :class:`HeldWrite` per output; when ffmpeg ends, the guard reports a
-:class:`Written` per output to :func:`janitor.jobs.writes.close_writes`. Without a daemon they
-pass from one to the other as they are; through the daemon, as the JSON of ``as_dict`` and back
-with ``from_wire``.
+A grant (:mod:`janitor.guarding.grant`) gives a :class:`WriteSession`, its :class:`HeldWrite`
+per output; a ``run`` verdict carries it as the JSON of ``as_dict``, which the Python guard
+reads back with ``from_wire`` (whether the daemon or its own process decided) to watch
+ffmpeg's outputs. When ffmpeg ends, the guard reports a :class:`Written` per output, ended
+with :func:`janitor.guarding.close.close_writes`.
 
 The guard imports this module on the path of every alignment group, so it is written without
 ``dataclasses`` or ``typing`` (tens of ms at every start) and imports no other module.
@@ -59,7 +59,7 @@ class HeldWrite(_Value):
         self.pooled = pooled
 
     def as_dict(self) -> dict[str, Any]:
-        """One entry of ``reservations`` in ``POST /v1/guard``'s answer."""
+        """One entry of ``reservations`` in a ``run`` verdict's ``session``."""
         return {
             "id": self.reservation,
             "output": self.output,
@@ -70,7 +70,7 @@ class HeldWrite(_Value):
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> HeldWrite:
-        """From :meth:`as_dict`'s shape, as the guard reads the daemon's answer."""
+        """From :meth:`as_dict`'s shape, as the guard reads a verdict."""
         pooled = bool(data.get("pooled"))
         return cls(data["id"], data["output"], data["bytes"], data["floor"], pooled)
 
@@ -104,7 +104,7 @@ class WriteSession(_Value):
         return tuple(w.reservation for w in self.writes if not w.pooled)
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON shape of ``POST /v1/guard``'s answer."""
+        """The JSON shape of a ``run`` verdict's ``session``."""
         return {
             "reservations": [w.as_dict() for w in self.writes],
             "pins": list(self.pins),
@@ -116,8 +116,8 @@ class WriteSession(_Value):
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> WriteSession:
-        """From :meth:`as_dict`'s shape, as the guard reads the daemon's answer (a pin may also
-        come as an object with its ``id``)."""
+        """From :meth:`as_dict`'s shape, as the guard reads a verdict (a pin may also come as
+        an object with its ``id``)."""
         return cls(
             tuple(HeldWrite.from_wire(r) for r in data["reservations"]),
             tuple(p if isinstance(p, str) else p["id"] for p in data.get("pins", ())),
