@@ -213,11 +213,29 @@ class VolumePolicy(_Model):
     """
 
     path: Path | None = Field(default=None, description="Any path on the volume (in [volumes.X]).")
-    floor: Size | None = None
-    free_low: Size | None = None
-    free_target: Size | None = None
-    ballast: Size | None = None
-    horizon: Duration = 1800.0
+    floor: Size | None = Field(
+        default=None,
+        description="Free space reservations must leave; a reservation that would take the "
+        "volume below it is refused. Unset: min(10 GiB, 10 % of the volume).",
+    )
+    free_low: Size | None = Field(
+        default=None,
+        description="Below this much free space, caches on the volume are evicted (level warn). "
+        "Unset: 2 x floor.",
+    )
+    free_target: Size | None = Field(
+        default=None,
+        description="Eviction for free space stops once this much is free. Unset: 3 x floor.",
+    )
+    ballast: Size | None = Field(
+        default=None,
+        description="A preallocated file of this size, given back when the volume goes below "
+        "its floor and made again once free space is above free_target plus its size.",
+    )
+    horizon: Duration = Field(
+        default=1800.0,
+        description="Forecast window: the level is warn when the floor is forecast within it.",
+    )
 
     @field_validator("path", mode="before")
     @classmethod
@@ -249,11 +267,22 @@ DEFAULT_AWAIT_TTL_S = 4 * 3600.0
 class TreePolicy(_Model):
     """One managed folder and the rules for what in it may be deleted, and when."""
 
-    name: str = ""
-    role: Literal["cache", "scratch", "report"]
-    path: Path
-    quota: Size | None = None
-    low_watermark: Size = SizeSpec(percent=90.0)
+    name: str = ""  # the table's name, [trees.NAME]: not a key
+    role: Literal["cache", "scratch", "report"] = Field(
+        description="cache: rebuildable files, least recently used evicted to keep the quota; "
+        "scratch: running jobs' files, only orphans removed; report: measured and shown, "
+        "never deleted from (models, live databases)."
+    )
+    path: Path = Field(description="The tree's root.")
+    quota: Size | None = Field(
+        default=None,
+        description="A cache's limit: over it, the least recently used units are evicted down "
+        "to low_watermark.",
+    )
+    low_watermark: Size = Field(
+        default=SizeSpec(percent=90.0),
+        description="Where eviction for the quota stops (a percentage is of the quota).",
+    )
     min_age: Duration = Field(
         default=300.0,
         description="Units used more recently than this are kept from quota and age sweeps "
@@ -264,16 +293,41 @@ class TreePolicy(_Model):
         description="How long a cache entry the pipeline probed or converted stays awaiting "
         "use (never evicted) when no job of its prober cuts from it and the prober lives.",
     )
-    max_age: Duration | None = None
-    orphan_age: Duration = 86400.0
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    units: Literal["file", "dir", "hf_revision"] = "file"
-    unit_glob: str = "*"
-    unit_requires: tuple[str, ...] | dict[str, tuple[str, ...]] = ()
+    max_age: Duration | None = Field(
+        default=None,
+        description="Cache units unused this long are deleted, whatever the quota.",
+    )
+    orphan_age: Duration = Field(
+        default=86400.0,
+        description="A scratch unit unchanged this long, with nothing live in it, is an orphan "
+        "(a job folder the guard recorded is one as soon as every process of its job is gone).",
+    )
+    include: tuple[str, ...] = Field(
+        default=(),
+        description="Globs on paths relative to the root (on unit folder names for dir units, "
+        "on repository folder names for hf_revision); empty: everything.",
+    )
+    exclude: tuple[str, ...] = Field(
+        default=(), description="Globs, as include, of what the tree leaves alone."
+    )
+    units: Literal["file", "dir", "hf_revision"] = Field(
+        default="file",
+        description="file: each file is a unit (see group); dir: each folder right under the "
+        "root matching unit_glob; hf_revision: each revision of a Hugging Face hub cache (a "
+        "cache tree; needs the hf extra).",
+    )
+    unit_glob: str = Field(default="*", description="For dir units: the folder name glob.")
+    unit_requires: tuple[str, ...] | dict[str, tuple[str, ...]] = Field(
+        default=(),
+        description="For dir units: globs of which one must name an entry right inside the "
+        "folder, so other programs' folders are left alone; or a table of such lists by "
+        'folder glob ("tmp*" = ["mono_file.wav"]), and then no unit_glob.',
+    )
     active_jobs: Literal["batchalign3"] | None = Field(
         default=None,
-        description="Never a folder named for a queued or running job of this program.",
+        description="For a scratch tree of dir units, batchalign3's <state>/jobs: never a "
+        "folder of a job the jobs.db beside the tree holds as unfinished, and no folder at all "
+        "while that jobs.db cannot be read; an unset orphan_age is server.yaml's job_ttl_days.",
     )
     group: str | None = Field(
         default=None, description="Regex with a named group 'key': matching files form one unit."

@@ -66,9 +66,23 @@ class Settings(BaseSettings):
         default=None,
         description="Policy file; default: policy.toml in the config dir, else the shipped one.",
     )
-    state_dir: Path = Field(default_factory=default_state_dir)
-    runtime_dir: Path = Field(default_factory=default_runtime_dir)
-    log_dir: Path = Field(default_factory=_default_log_dir)
+    state_dir: Path = Field(
+        default_factory=default_state_dir,
+        description="The ledger (ledger.sqlite3), locks and ballast records; default: the user "
+        "state dir, ~/.local/state/space-janitor on Linux, ~/Library/Application "
+        "Support/space-janitor on macOS.",
+    )
+    runtime_dir: Path = Field(
+        default_factory=default_runtime_dir,
+        description="The daemon's socket (janitor.sock) and status.json; default: the user "
+        "runtime dir, $XDG_RUNTIME_DIR/space-janitor on Linux, "
+        "~/Library/Caches/TemporaryItems/space-janitor on macOS.",
+    )
+    log_dir: Path = Field(
+        default_factory=_default_log_dir,
+        description="daemon.log and guard.log; default: the user log dir, "
+        "~/.local/state/space-janitor/log on Linux, ~/Library/Logs/space-janitor on macOS.",
+    )
     default_ttl_s: float = Field(
         default=3600.0,
         gt=0,
