@@ -5,8 +5,8 @@ Help names each value in words (``--concurrency N``, ``--policy FILE``), never a
 and its paragraphs wrap evenly; the root options work after the command's name as before it,
 and never reach into what follows ``--`` or the command ``run`` runs; ``run --json`` is refused
 in one line instead of being run; a policy file that is missing is reported once, with the
-one thing to change; ``doctor`` goes on past a policy it cannot load; the README's command
-table lists every command there is.
+one thing to change; ``doctor`` goes on past a policy it cannot load; the command table of
+the docs' command line page lists every command there is.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from janitor.cli.labels import LABELS, finish_help, label, walk
 from .conftest import JanitorEnv, one_line_error
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
-README = Path(__file__).resolve().parent.parent / "README.md"
+#: The command line's page of the docs site, whose table lists every command.
+COMMANDS_PAGE = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 
 #: What typer prints for a value when nothing better is given: ``<bool>``, ``<list[str]>``,
 #: ``<int range>``, ``<path>``; and a number range, ``[x>=1]``.
@@ -272,12 +273,12 @@ def test_doctor_goes_on_past_a_missing_policy(run_cli: Cli, tmp_path: Path) -> N
     assert "ledger:" in human and "guard:" in human
 
 
-# -- the README lists every command ------------------------------------------------------------
+# -- the docs list every command ---------------------------------------------------------------
 
 
-def test_the_readme_command_table_lists_every_command() -> None:
-    text = README.read_text()
-    table = text.split("## Command line", 1)[1].split("\n\n", 2)[1]
+def test_the_docs_command_table_lists_every_command() -> None:
+    text = COMMANDS_PAGE.read_text()
+    table = text.split("# Command line", 1)[1].split("\n\n", 2)[1]
     rows = [ln for ln in table.splitlines() if ln.startswith("| `janitor ")]
     spans = re.findall(r"`([^`]*)`", " ".join(rows))
 
@@ -289,4 +290,4 @@ def test_the_readme_command_table_lists_every_command() -> None:
 
     leaves = [" ".join(p[1:]) for p, c in walk(_tree()) if not getattr(c, "commands", None)]
     missing = [words for words in leaves if not listed(words)]
-    assert missing == [], f"commands missing from README's command table: {missing}"
+    assert missing == [], f"commands missing from docs/cli.md's command table: {missing}"

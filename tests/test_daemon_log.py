@@ -2,8 +2,8 @@
 
 Started on a policy pointed at folders that already hold too much, the daemon's first sweep
 deletes at once; its log line must say how much in human units and why, by tree, and the
-README's first steps must show ``janitor sweep --dry-run`` (which deletes nothing and lists the
-same units) before the daemon or its service starts.
+first steps (README's quick start, the docs' first guide) must show ``janitor sweep --dry-run``
+(which deletes nothing and lists the same units) before the daemon or its service starts.
 """
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ from ._daemon_helpers import (
     write_bytes,
 )
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+#: The first steps a user reads: README's quick start, and the first guide's commands.
+FIRST_STEPS = (
+    (ROOT / "README.md", "## Quick start"),
+    (ROOT / "docs" / "guides" / "batchalign3.md", "The commands a Mac user runs"),
+)
 
 
 def _old(path: Path, age: float) -> None:
@@ -83,9 +88,8 @@ def test_the_first_sweep_is_logged_in_human_units_with_its_reasons(tmp_path: Pat
 
 
 def test_the_readme_first_steps_dry_run_a_sweep_before_the_daemon_starts() -> None:
-    text = README.read_text()
-    for section in ("## Quick start", "The commands a Mac user runs"):
-        part = text.split(section, 1)[1].split("```", 2)[1]  # its first code block
+    for page, section in FIRST_STEPS:
+        part = page.read_text().split(section, 1)[1].split("```", 2)[1]  # its first code block
         assert "janitor sweep --dry-run" in part, part
         dry = part.index("janitor sweep --dry-run")
         for start in ("janitor daemon", "janitor service install"):

@@ -146,10 +146,13 @@ class Settings(BaseSettings):
         ge=0,
         le=86400,
         description="The guard: how long a job's first write waits for room that running jobs "
-        "will free (0 refuses at once).",
+        "will free (0 refuses at once; the guard reads JANITOR_GUARD_WAIT_S at every call).",
     )
     http_port: int | None = Field(
-        default=None, ge=1, le=65535, description="Daemon: also serve on 127.0.0.1:PORT."
+        default=None,
+        ge=1,
+        le=65535,
+        description="Daemon: also serve the API on 127.0.0.1:PORT (loopback only).",
     )
     metrics_listen: str | None = Field(
         default=None,
@@ -158,8 +161,9 @@ class Settings(BaseSettings):
     )
     metrics_textfile: Path | None = Field(
         default=None,
-        description="Daemon: keep the metrics in this .prom file too, for node_exporter's "
-        "textfile collector (rewritten atomically every sample_interval_s).",
+        description="Daemon: keep the metrics in this .prom file too (an absolute path ending "
+        "in .prom), for node_exporter's textfile collector (rewritten atomically every "
+        "sample_interval_s).",
     )
 
     @field_validator("metrics_listen", mode="before")
