@@ -54,7 +54,7 @@ class Globals:
 
 G = Globals()
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (shape in the README).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (shapes: docs/json.md).")]
 DryRunOpt = Annotated[
     bool, typer.Option("--dry-run", "-n", help="Print the file and commands; change nothing.")
 ]

@@ -313,7 +313,10 @@ def _describe(exc: ValidationError, path: Path | None) -> str:
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
     where = f"config file {path}" if path else "settings"
     if err["type"] == "extra_forbidden":
-        return f"{where}: unknown key {key!r}; see `janitor paths` and the README for valid keys"
+        return (
+            f"{where}: unknown key {key!r}; see `janitor paths` and the docs' settings "
+            "reference (docs/reference/settings.md) for valid keys"
+        )
     msg = str(err["msg"]).removeprefix("Value error, ")  # our validators' own words
     if not err["loc"]:  # a rule across keys
         return f"{where}: {msg}"
