@@ -1,5 +1,6 @@
-"""Files in use, from Linux's ``/proc`` (every process's fds and maps, ``/proc/locks``) and write
-leases (``F_SETLEASE``), which the kernel grants only to a file nobody else has open."""
+"""Files in use, from Linux's ``/proc`` (every process's fds, maps and working directory,
+``/proc/locks``) and write leases (``F_SETLEASE``), which the kernel grants only to a file
+nobody else has open."""
 
 from __future__ import annotations
 
@@ -96,9 +97,9 @@ class LinuxInUse(PortableInUse):
                 fds = []
             if pid == me:
                 fds = [fd for fd in fds if int(fd) not in DELETER_FDS]
-            for fd in fds:
+            for fd in [*(f"fd/{fd}" for fd in fds), "cwd"]:
                 try:
-                    st = os.stat(f"{base}/fd/{fd}")
+                    st = os.stat(f"{base}/{fd}")
                 except OSError:
                     continue
                 if devices is None or st.st_dev in devices:
