@@ -113,10 +113,11 @@ def _no_problems(tree: PolicyTree) -> list[Problem]:
 
 def _lmdb_problems(tree: PolicyTree) -> list[Problem]:
     """An LMDB environment goes whole, and only by its tree's own quota or max_age: the user
-    opts in with a cache tree; group and lock name files, which an environment is not."""
+    opts in with a cache tree (a report tree shows each environment as one unit); group and
+    lock name files, which an environment is not."""
     problems = []
-    if tree.role != "cache":
-        why = 'applies to role = "cache" only (with a quota or max_age: a whole environment goes)'
+    if tree.role == "scratch":
+        why = 'applies to role = "cache" (under a quota or max_age) or "report" only'
         problems.append(Problem("units", why, "lmdb"))
     for key, value in (("group", tree.group), ("lock", tree.lock)):
         if value is not None:

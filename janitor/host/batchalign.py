@@ -180,11 +180,13 @@ def _script_version(script: Path) -> str:
 def is_batchalign_command(argv: Sequence[str]) -> str | None:
     """What a command line runs of batchalign (0.10 and later): ``"daemon"`` for its API
     daemon (``batchalign daemon``, ``python -m batchalign daemon``, ``uvicorn
-    batchalign.api:app``), ``"cli"`` for any other of its commands; None for anything else
+    batchalign.api:app``, the desktop app's ``sidecar``), ``"cli"`` for any other of its commands; None for anything else
     (batchalign3's ``batchalign3`` among them)."""
     args = list(argv)
     if "batchalign.api:app" in args:
         return "daemon"
+    if args and os.path.basename(args[0]) == "sidecar" and "batchalign" in args[0].lower():
+        return "daemon"  # the desktop app's PyApp build of the daemon (``run_pyapp_entry``)
     if args and os.path.basename(args[0]) == "batchalign":
         rest = args[1:]  # its console script run as a program
     elif len(args) >= 2 and os.path.basename(args[1]) == "batchalign":

@@ -179,9 +179,12 @@ class KnownPath:
 
 
 def known_paths(env: Mapping[str, str] | None = None) -> tuple[KnownPath, ...]:
-    """Every folder of the pipeline's disk, resolved as the programs that fill it resolve it
-    (BRIEF, "batchalign3's other disk"), whether a policy manages it or not."""
+    """Every folder of the pipeline's disk, both generations' (batchalign3's and batchalign
+    0.10+'s), resolved as the programs that fill it resolve it (BRIEF, "batchalign3's other
+    disk"), whether a policy manages it or not."""
     import platformdirs
+
+    from janitor.host import batchalign
 
     env = os.environ if env is None else env
     home = Path(env.get("HOME") or Path.home())
@@ -206,5 +209,15 @@ def known_paths(env: Mapping[str, str] | None = None) -> tuple[KnownPath, ...]:
             "analysis cache",
             Path(platformdirs.user_cache_dir("batchalign3", appauthor=False)),
             "cache.db (SQLite)",
+        ),
+        KnownPath(
+            "batchalign API workdir",
+            batchalign.api_workdir(env),
+            "batchalign 0.10+'s API daemon: uploads/, jobs/",
+        ),
+        KnownPath(
+            "batchalign result cache",
+            batchalign.cache_path(env).parent,
+            "batchalign 0.10+'s cache.lmdb (LMDB)",
         ),
     )
