@@ -180,8 +180,8 @@ def _script_version(script: Path) -> str:
 def is_batchalign_command(argv: Sequence[str]) -> str | None:
     """What a command line runs of batchalign (0.10 and later): ``"daemon"`` for its API
     daemon (``batchalign daemon``, ``python -m batchalign daemon``, ``uvicorn
-    batchalign.api:app``, the desktop app's ``sidecar``), ``"cli"`` for any other of its commands; None for anything else
-    (batchalign3's ``batchalign3`` among them)."""
+    batchalign.api:app``, the desktop app's ``sidecar``), ``"cli"`` for any other of its
+    commands; None for anything else (batchalign3's ``batchalign3`` among them)."""
     args = list(argv)
     if "batchalign.api:app" in args:
         return "daemon"
