@@ -29,6 +29,7 @@ __all__ = [
     "Health",
     "KnownPath",
     "ServerConfig",
+    "installed",
     "jobs_db",
     "known_paths",
     "local_server",
@@ -43,6 +44,22 @@ DEFAULT_PORT = 8000
 DEFAULT_JOB_TTL_DAYS = 7
 #: How long batchalign3's CLI waits for a local server's ``/health`` before running in direct mode.
 HEALTH_TIMEOUT_S = 0.5
+
+
+def installed(path_var: str | None = None) -> str | None:
+    """Where batchalign3 is installed: its executable on ``PATH``, else its package for this
+    Python (``importlib.metadata``); None when neither is there."""
+    import shutil
+
+    exe = shutil.which("batchalign3", path=path_var)
+    if exe is not None:
+        return exe
+    from importlib import metadata
+
+    try:
+        return f"batchalign3 {metadata.version('batchalign3')} (this Python)"
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def state_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -8,6 +8,7 @@ import errno
 import fcntl
 import os
 import signal
+import stat
 import threading
 
 from janitor.host.inuse.api import DELETER_FDS
@@ -102,6 +103,8 @@ class LinuxInUse(PortableInUse):
                     st = os.stat(f"{base}/{fd}")
                 except OSError:
                     continue
+                if pid == me and fd != "cwd" and stat.S_ISDIR(st.st_mode):
+                    continue  # the folders our own walks and deletes hold open
                 if devices is None or st.st_dev in devices:
                     found.add((st.st_dev, st.st_ino))
             try:
