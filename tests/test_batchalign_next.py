@@ -596,7 +596,7 @@ def test_the_real_daemon_s_workdir_is_the_api_tree_s_and_its_predecessor_s_jobs_
     left.mkdir(parents=True)
     (left / "fetched-1.wav").write_bytes(os.urandom(20000))
     backdate(tree.path.parent)
-    time.sleep(2.5)  # its ctime, too, well before the daemon's start (a start reads to a second)
+    time.sleep(3)  # its ctime, too, before the daemon's start by more than a start's slack
     proc = subprocess.Popen(
         [sys.executable, "-m", "batchalign", "daemon", "--port", "0"],
         stdout=subprocess.PIPE,

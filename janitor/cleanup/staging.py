@@ -35,9 +35,10 @@ if TYPE_CHECKING:
 __all__ = ["FIX", "StagingJobs", "read_active", "read_running", "read_staging"]
 
 #: How much earlier than a process's start a unit's last change may read and still be taken as
-#: possibly its: a start time is the boot time plus clock ticks, which may read a second off
-#: the clock file times are stamped by.
-START_SLACK_S = 2.0
+#: possibly its: Linux reads a start as the boot time (whole seconds, rounded down) plus clock
+#: ticks, so it reads early by up to a second, and file times are stamped by a coarse clock
+#: that may lag by a tick; a second more covers a clock stepped back a little.
+START_SLACK_S = 1.0
 
 #: What to do when a staging tree's job store cannot be read.
 FIX = (

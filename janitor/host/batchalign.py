@@ -141,19 +141,18 @@ def next_generation(version: str) -> bool | None:
 
 
 def installed(path_var: str | None = None) -> Installed | None:
-    """``batchalign`` as installed for this Python (``importlib.metadata``), else its
-    executable on ``PATH`` and the version in the ``site-packages`` of the Python its first
-    line names; None when neither is there."""
+    """``batchalign``: its executable on ``PATH`` (what a user runs) with the version in the
+    ``site-packages`` of the Python its first line names, else as installed for this Python
+    (``importlib.metadata``); None when neither is there."""
     from importlib import metadata
 
+    exe = shutil.which("batchalign", path=path_var)
+    if exe is not None:
+        return Installed(_script_version(Path(exe)), exe)
     try:
         return Installed(metadata.version("batchalign"), "this Python")
     except metadata.PackageNotFoundError:
-        pass
-    exe = shutil.which("batchalign", path=path_var)
-    if exe is None:
         return None
-    return Installed(_script_version(Path(exe)), exe)
 
 
 def _script_version(script: Path) -> str:
