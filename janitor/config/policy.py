@@ -268,12 +268,19 @@ class TreePolicy(_Model):
     orphan_age: Duration = 86400.0
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
-    units: Literal["file", "dir", "hf_revision"] = "file"
+    units: Literal["file", "dir", "hf_revision", "lmdb"] = "file"
     unit_glob: str = "*"
     unit_requires: tuple[str, ...] | dict[str, tuple[str, ...]] = ()
-    active_jobs: Literal["batchalign3"] | None = Field(
+    unit_files: tuple[str, ...] = Field(
+        default=(),
+        description="For dir units: files right under the root, by these globs, that are units "
+        "on their own (a Python tempfile's loose file).",
+    )
+    active_jobs: Literal["batchalign3", "batchalign"] | None = Field(
         default=None,
-        description="Never a folder named for a queued or running job of this program.",
+        description="Never a unit that a queued or running job of this program may use: "
+        "batchalign3's by its jobs.db; batchalign's (0.10 and later) while one of its processes "
+        "that started before the unit last changed runs.",
     )
     group: str | None = Field(
         default=None, description="Regex with a named group 'key': matching files form one unit."
@@ -403,7 +410,11 @@ class TreePolicy(_Model):
 
     def unit_rules(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """For ``units = "dir"``: each (folder glob, globs of which one must name an entry
-        directly inside it; empty: any folder). A table of unit_requires gives one per key."""
+        directly inside it; empty: any folder). A table of unit_requires gives one per key; a
+        kind that says which folders are its units (``lmdb``) gives its own."""
+        fixed = UNIT_RULES[self.units].folder_rules
+        if fixed:
+            return fixed
         if isinstance(self.unit_requires, dict):
             return tuple((glob, tuple(req)) for glob, req in self.unit_requires.items())
         return ((self.unit_glob, tuple(self.unit_requires)),)
@@ -429,6 +440,10 @@ class TreePolicy(_Model):
             if any(fnmatch.fnmatchcase(n, pat) for n in inside for pat in requires):
                 return True
         return False
+
+    def is_unit_file(self, name: str) -> bool:
+        """Whether a file ``name`` right under the root is a unit on its own (``unit_files``)."""
+        return any(fnmatch.fnmatchcase(name, glob) for glob in self.unit_files)
 
     def manages(self, rel: str) -> bool:
         """Whether ``include`` and ``exclude`` leave path ``rel`` (relative to the root; for
