@@ -494,9 +494,9 @@ def test_an_unestimable_call_leaves_one_debug_line_in_the_guard_log(
 
 
 def test_information_options_are_the_ones_the_estimator_stops_at() -> None:
+    from janitor.commands.guard import INFO_OPTIONS, asks_only_for_information
     from janitor.guarding import ffmpeg
     from janitor.guarding.ffmpeg.args import EXIT, OPTIONS
-    from janitor.jobs.guard import INFO_OPTIONS, asks_only_for_information
 
     exits = {f"-{name}" for name, kind in OPTIONS.items() if kind & EXIT}
     assert exits == INFO_OPTIONS
@@ -531,7 +531,7 @@ def test_ffmpeg_version_is_execd_before_the_estimator_loads_and_is_not_logged(
         for line in traced.stderr.decode().splitlines()
         if line.startswith("import time:")
     ]
-    assert "janitor.jobs.guard" in imported, traced.stderr
+    assert "janitor.commands.guard" in imported, traced.stderr
     assert "janitor.guarding.ffmpeg" not in imported, imported
     for args in (["-version"], ["-buildconf"], ["-h"], []):
         guarded, bare = _both(guard, args, tmp_path)
@@ -719,7 +719,7 @@ def test_shim_install_status_uninstall(run_cli: Cli, tmp_path: Path) -> None:
 def test_a_guard_written_before_the_upgrade_still_runs_and_is_called_stale(
     run_cli: Cli, tmp_path: Path, front_end: str
 ) -> None:
-    """Shims written before the guard moved to ``janitor.jobs.guard`` import ``janitor.guard``
+    """Shims written before the guard moved into a package import ``janitor.guard``
     (and were Python scripts, before the compiled front end): ffmpeg must keep working through
     them until ``shim install`` rewrites them."""
     folder = tmp_path / "bin"
@@ -733,11 +733,11 @@ def test_a_guard_written_before_the_upgrade_still_runs_and_is_called_stale(
     )
     assert sorted(files) == want
     text = files["ffmpeg" if front_end == "python" else "ffmpeg.guard"].decode()
-    assert "from janitor.jobs.guard import main" in text
+    assert "from janitor.commands.guard import main" in text
     # what an older space-janitor wrote: a Python script alone, importing the old module
     (folder / "ffmpeg.guard").unlink(missing_ok=True)
     shim.write_text(
-        text.replace("from janitor.jobs.guard import main", "from janitor.guard import main")
+        text.replace("from janitor.commands.guard import main", "from janitor.guard import main")
     )
     shim.chmod(0o755)
     env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}

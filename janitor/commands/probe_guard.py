@@ -18,8 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-from janitor.guarding.protocol import PROBE_ENV, call_body
-from janitor.jobs.guard import (
+from janitor.commands.guard import (
     ELAPSED_ENV,
     EXIT_NO_FFMPEG,
     EXIT_REFUSED,
@@ -31,6 +30,7 @@ from janitor.jobs.guard import (
     asks_only_for_information,
     find_real,
 )
+from janitor.guarding.protocol import PROBE_ENV, call_body
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def _through_daemon(call: dict[str, Any], socket_path: str | None) -> dict[str, 
     path = os.path.join(runtime, "janitor.sock") if runtime else socket_path
     if not path:
         return None
-    from janitor.jobs.daemon_client import DaemonClient
+    from janitor.commands.daemon_client import DaemonClient
 
     try:
         daemon = DaemonClient(path, timeout=ANSWER_TIMEOUT_S)

@@ -5,10 +5,10 @@ on ``PATH`` protects it unchanged (``janitor shim install``, ``janitor run``). T
 front end; ``native/guard.c`` is the compiled one, and both speak one protocol
 (:mod:`janitor.guarding.protocol`). It sends the call as it got it (its arguments, folder and
 parent, and the variables that shape it) to the daemon's ``POST /v1/guard/call`` (through
-janitor.jobs.daemon_client), or, with no daemon answering, decides it in its own process with
+janitor.commands.daemon_client), or, with no daemon answering, decides it in its own process with
 the same code (:mod:`janitor.guarding.verdict`, through the ledger). Either way it carries out
 the verdict: run the real ffmpeg as it is, refuse, wait in turn, or run it under the call's
-reservations with the one watch of a running writer (janitor.jobs.watch): stopped when its
+reservations with the one watch of a running writer (janitor.commands.watch): stopped when its
 reservation is put at risk or its output outgrows the reservation, and never outliving the
 guard. Arguments, stdin, stdout, stderr and the exit status are ffmpeg's own; signals sent to
 the guard reach ffmpeg.
@@ -33,18 +33,18 @@ import os
 import sys
 import time
 
+from janitor.commands.watch import Watch, Watched
 from janitor.guarding.mark import GUARD_MARK, is_guard
 from janitor.guarding.protocol import CALL_ENV, CONFIG_KEYS, call_body, verdict_of
-from janitor.jobs.watch import Watch, Watched
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from janitor.commands.daemon_client import DaemonClient
     from janitor.core import Janitor
     from janitor.guarding.held import HeldWrite, WriteSession, Written
-    from janitor.jobs.daemon_client import DaemonClient
 
 __all__ = [
     "DEFAULT_WAIT_S",
@@ -349,7 +349,7 @@ def _decide(
         return _here(call, log_dir, started)
     path = _socket(socket_path)
     if path:
-        from janitor.jobs.daemon_client import DaemonClient
+        from janitor.commands.daemon_client import DaemonClient
 
         try:
             daemon = DaemonClient(path, timeout=answer_timeout())

@@ -1,1 +1,0 @@
-"""Running the commands that write: supervision, ``exec``, ``run`` and the ffmpeg guard."""
