@@ -1,4 +1,4 @@
-"""``exec``, ``run``, ``estimate`` and the ``shim`` group: jobs that write, guarded."""
+"""``exec``, ``run``, ``estimate`` and the ``shim`` group: the CLI of :mod:`janitor.commands`."""
 
 from __future__ import annotations
 
