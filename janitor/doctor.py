@@ -316,7 +316,7 @@ def _size_walk_check() -> Check:
 
 def _server_check() -> Check:
     """Does batchalign3 hand its jobs to a local server, and does that server run the guard?"""
-    from janitor.commands.server import route
+    from janitor.commands.ffmpeg_route import route
 
     found = route(None)
     assert found is not None  # only `serve` commands have no route
@@ -334,7 +334,7 @@ def _guard_checks(platform: str) -> Iterator[Check]:
     """Does each running batchalign3 process find the guarded ffmpeg first on its PATH?"""
     import psutil
 
-    from janitor.commands.server import is_batchalign, process_ffmpeg
+    from janitor.commands.ffmpeg_route import is_batchalign, process_ffmpeg
 
     found = False
     for proc in psutil.process_iter(["pid", "name", "cmdline"]):

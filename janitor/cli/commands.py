@@ -217,7 +217,7 @@ def _run(
 def _check_route(command: list[str], *, require_fit: bool) -> None:
     """Say where a batchalign3 command's ffmpeg will run and whether the guard sees it; with
     --require-fit, refuse (75) a command whose writes no guard would reserve."""
-    from janitor.commands.server import route
+    from janitor.commands.ffmpeg_route import route
 
     found = route(command)
     if found is None or (found.protected and not found.sure):
