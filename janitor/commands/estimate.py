@@ -1,7 +1,7 @@
 """How many bytes the pipeline will write for a recording, before it writes them.
 
 Worked out by the one estimator (janitor.guarding.ffmpeg) for the command line batchalign3 runs on
-the recording (../shared/BRIEF.md), with the probe every other estimate uses, so ``janitor
+the recording (each below), with the probe every other estimate uses, so ``janitor
 estimate``, ``janitor run``'s pre-flight, the daemon's ``POST /v1/estimate`` and the guarded
 ffmpeg agree to the byte:
 

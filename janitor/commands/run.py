@@ -1,7 +1,7 @@
 """``janitor run``: a whole pipeline job with the guarded ffmpeg first on its PATH.
 
 Before: with ``--media``, a pre-flight of the bytes the job will write, as batchalign3 writes
-them (../shared/BRIEF.md): a media-cache WAV (16 kHz mono s16le, 32,000 B/s plus its header)
+them: a media-cache WAV (16 kHz mono s16le, 32,000 B/s plus its header)
 for each input that needs converting (``.mp4 .m4a .webm .wma``) and is not cached yet, plus
 each file's float32 PCM working set (its whole duration x 64,000 B/s: every alignment group's
 PCM stays until the file is done) for as many files as run at once, each to the byte as

@@ -179,8 +179,8 @@ class KnownPath:
 
 
 def known_paths(env: Mapping[str, str] | None = None) -> tuple[KnownPath, ...]:
-    """Every folder of the pipeline's disk, resolved as the programs that fill it resolve it
-    (BRIEF, "batchalign3's other disk"), whether a policy manages it or not."""
+    """Every folder of the pipeline's disk (each below, with what fills it), resolved as the
+    programs that fill it resolve it, whether a policy manages it or not."""
     import platformdirs
 
     env = os.environ if env is None else env
