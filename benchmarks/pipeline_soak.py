@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """pipeline_soak: the unchanged pipeline, guarded, racing outside writers on a small disk.
 
-A simulated batchalign3 server whose worker processes make exactly the calls of
-../shared/BRIEF.md through the installed guard (``janitor shim install``; ffmpeg found on
+A simulated batchalign3 server whose worker processes make exactly batchalign3's calls (below)
+through the installed guard (``janitor shim install``; ffmpeg found on
 ``PATH``, the worker is ffmpeg's parent, as the server is), several files at once:
 
 1. inputs that need converting (``.m4a``) get the media-cache WAV: an exclusive ``flock`` on

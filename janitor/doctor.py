@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from janitor.commands.run_daemon import daemon_status
 from janitor.config.settings import Settings
 from janitor.errors import JanitorError, LedgerError, LedgerFull
 from janitor.host import batchalign, batchalign3
 from janitor.host.fdwalk import tree_shape
 from janitor.humanize import plural
-from janitor.jobs.run_daemon import daemon_status
 
 __all__ = ["Check", "run_checks"]
 
@@ -239,7 +239,7 @@ class _Generations:
 def _generations() -> _Generations:
     import psutil
 
-    from janitor.jobs.server import is_batchalign, route
+    from janitor.commands.ffmpeg_route import is_batchalign, route
 
     pids = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
@@ -444,7 +444,7 @@ def _size_walk_check() -> Check:
 
 def _server_check() -> Check:
     """Does batchalign3 hand its jobs to a local server, and does that server run the guard?"""
-    from janitor.jobs.server import route
+    from janitor.commands.ffmpeg_route import route
 
     found = route(None)
     assert found is not None  # only `serve` commands have no route
@@ -462,7 +462,7 @@ def _guard_checks(platform: str) -> Iterator[Check]:
     """Does each running batchalign3 process find the guarded ffmpeg first on its PATH?"""
     import psutil
 
-    from janitor.jobs.server import is_batchalign, process_ffmpeg
+    from janitor.commands.ffmpeg_route import is_batchalign, process_ffmpeg
 
     found = False
     for proc in psutil.process_iter(["pid", "name", "cmdline"]):
@@ -505,7 +505,7 @@ def _guard_checks(platform: str) -> Iterator[Check]:
 def _front_end_check(settings: Settings, platform: str) -> Check:
     """Which front end the installed guard has (compiled: a few ms a call; Python: ~25 ms
     more), and why; what `janitor shim install` would put in when none is installed."""
-    from janitor.jobs.shim import state
+    from janitor.commands.shim import state
 
     st = state(settings)
     now, would = st.front_end, st.would_install

@@ -435,7 +435,7 @@ def test_an_lmdb_opened_after_the_plan_is_kept_whole(
 ) -> None:
     """Planned while no one held it, opened before the delete: nothing of it is removed, and
     it is still at its path (not left renamed aside)."""
-    from janitor.cleanup.delete import apply
+    from janitor.cleanup.apply import apply
     from janitor.cleanup.plan import Protection, plan_tree
     from janitor.ledger.db import Ledger
 

@@ -27,7 +27,7 @@ LAYERS = [
     ("janitor.cleanup",),
     ("janitor.handles", "janitor.reserving", "janitor.core", "janitor.status", "janitor.usage"),
     ("janitor.guarding",),
-    ("janitor.jobs", "janitor.guard"),
+    ("janitor.commands", "janitor.guard", "janitor.jobs"),
     ("janitor.doctor", "janitor.service"),
     ("janitor.daemon",),
     ("janitor.cli", "janitor.__main__"),
@@ -154,29 +154,29 @@ def test_the_guards_wire_stands_alone() -> None:
     running writer import no other module of ours than the few the guard loads anyway (the
     guarded ffmpeg loads them on every call), and the daemon imports neither the guard nor its
     client: it decides and ends a call's writes through ``janitor.guarding``."""
-    assert GRAPH["janitor.jobs.daemon_client"] == []
+    assert GRAPH["janitor.commands.daemon_client"] == []
     assert GRAPH["janitor.guarding.held"] == []
     assert GRAPH["janitor.guarding.protocol"] == []
     assert GRAPH["janitor.guarding.mark"] == []
-    assert GRAPH["janitor.jobs.watch"] == ["janitor.jobs.supervise"]
+    assert GRAPH["janitor.commands.watch"] == ["janitor.commands.supervise"]
     daemon = {t for m, ts in GRAPH.items() if m.startswith("janitor.daemon") for t in ts}
-    assert daemon & {"janitor.jobs.guard", "janitor.jobs.daemon_client"} == set()
+    assert daemon & {"janitor.commands.guard", "janitor.commands.daemon_client"} == set()
     assert {"janitor.guarding.verdict", "janitor.guarding.close"} <= set(
         GRAPH["janitor.daemon.api"]
     )
 
 
-def test_jobs_holds_only_the_commands_and_the_guarding_layer_decides() -> None:
-    """``janitor.jobs`` keeps the commands that stand in for ffmpeg and ffprobe and run them: no
+def test_commands_holds_only_the_commands_and_the_guarding_layer_decides() -> None:
+    """``janitor.commands`` keeps the commands that stand in for ffmpeg and ffprobe and run them: no
     module of it prepares, grants or waits for a call's writes (the admission of a guarded call
     is ``janitor.guarding``'s), and nothing below the front ends imports them back."""
     admission = {"janitor.admission.reserve", "janitor.admission.queue", "janitor.ledger.tx"}
-    jobs = {m: set(ts) for m, ts in GRAPH.items() if m.startswith("janitor.jobs.")}
-    assert {m: ts & admission for m, ts in jobs.items() if ts & admission} == {}
+    commands = {m: set(ts) for m, ts in GRAPH.items() if m.startswith("janitor.commands.")}
+    assert {m: ts & admission for m, ts in commands.items() if ts & admission} == {}
     for name in ("call", "writes", "held", "probe_call", "mark", "ffmpeg"):
-        assert f"janitor.jobs.{name}" not in MODULES
+        assert f"janitor.commands.{name}" not in MODULES
     guarding = {t for m, ts in GRAPH.items() if m.startswith("janitor.guarding") for t in ts}
-    assert {t for t in guarding if t.startswith("janitor.jobs")} == set()
+    assert {t for t in guarding if t.startswith(("janitor.commands", "janitor.jobs"))} == set()
 
 
 def test_ctypes_is_loaded_only_in_the_host_layer() -> None:
@@ -256,7 +256,7 @@ def test_the_syscall_check_sees_every_form_of_import() -> None:
 
 def test_syscalls_live_in_the_host_package_only() -> None:
     """No exception is listed: the last ones (``cleanup/deleter.py``'s tree lock and
-    ``jobs/supervise.py``'s ``prctl``) moved into ``janitor.host`` with issue 34, item 6."""
+    ``commands/supervise.py``'s ``prctl``) moved into ``janitor.host`` with issue 34, item 6."""
     outside = {
         name: lines
         for name, path in MODULES.items()

@@ -40,8 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = ["FaNeed", "decide_probe", "fa_need", "probed_files"]
 
-#: batchalign3's forced-alignment cut, whose working set a probe of a cached WAV announces
-#: (BRIEF: "FA group PCM"); the window is only there to make it a cut.
+#: batchalign3's forced-alignment cut, whose working set a probe of a cached WAV announces: one
+#: group's PCM, ``ffmpeg -y -ss S -to E -i WAV -f f32le -acodec pcm_f32le -ar 16000 -ac 1
+#: .tmpXXXXXX/fa_v2/audio/fa-v2-audio-{ns}-{group}.pcm``; the window is only there to make it a
+#: cut.
 _FA_CUT = ("-f", "f32le", "-acodec", "pcm_f32le", "-ar", "16000", "-ac", "1")
 #: ffprobe's options whose value is a file it writes, never one it probes.
 _WRITES = frozenset({"-o"})

@@ -197,8 +197,8 @@ class KnownPath:
 
 def known_paths(env: Mapping[str, str] | None = None) -> tuple[KnownPath, ...]:
     """Every folder of the pipeline's disk, both generations' (batchalign3's and batchalign
-    0.10+'s), resolved as the programs that fill it resolve it (BRIEF, "batchalign3's other
-    disk"), whether a policy manages it or not."""
+    0.10+'s; each below, with what fills it), resolved as the programs that fill it resolve
+    it, whether a policy manages it or not."""
     import platformdirs
 
     from janitor.host import batchalign

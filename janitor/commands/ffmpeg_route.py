@@ -45,7 +45,7 @@ def process_ffmpeg(pid: int, platform: str = sys.platform) -> ProcessFfmpeg:
     ``/proc/PID/environ``; macOS: the kernel's copy, readable for the same user's processes)."""
     import psutil
 
-    from janitor.jobs.shim import first_ffmpeg, is_guard
+    from janitor.commands.shim import first_ffmpeg, is_guard
 
     how = (
         f"ps -wwE -p {pid} | tr ' ' '\\n' | grep ^PATH="
