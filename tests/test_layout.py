@@ -19,7 +19,7 @@ PKG = Path(janitor.__file__).parent
 
 #: Each layer may import its own modules and the layers before it, never one after it.
 LAYERS = [
-    ("janitor.humanize", "janitor.errors", "janitor.sizes"),
+    ("janitor.humanize", "janitor.errors", "janitor.error_statuses", "janitor.sizes"),
     ("janitor.host",),
     ("janitor.config",),
     ("janitor.ledger",),
@@ -162,7 +162,7 @@ def test_the_guards_wire_stands_alone() -> None:
     daemon = {t for m, ts in GRAPH.items() if m.startswith("janitor.daemon") for t in ts}
     assert daemon & {"janitor.jobs.guard", "janitor.jobs.daemon_client"} == set()
     assert {"janitor.guarding.verdict", "janitor.guarding.close"} <= set(
-        GRAPH["janitor.daemon.api"]
+        GRAPH["janitor.daemon.routes.guard"]
     )
 
 
