@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from janitor.error_statuses import status_of
 from janitor.guarding.verdict import Verdict, policy_mismatch
 from janitor.humanize import format_size
 
@@ -143,7 +144,8 @@ def decide_probe(
     for entry in entries:
         refused = _hopeless(jan, entry, tmpdir)
         if refused is not None:
-            return Verdict(507, {"action": "refuse", "say": refused, "log": f"refused: {refused}"})
+            body = {"action": "refuse", "say": refused, "log": f"refused: {refused}"}
+            return Verdict(status_of("refused"), body)
     caller = int(call.get("writer_pid") or call["owner_pid"])
     if defer is not None:
         defer(lambda: _mark(jan, entries, caller))
