@@ -5,7 +5,7 @@ Measures, in one run, on trees generated under a fresh folder (``--where``, defa
 
 * scan: ``janitor.cleanup.scan.scan(root)`` beside ``du -s root`` on the same generated tree of
   ``--files`` files (read only, so both read the very same tree; the order alternates);
-* delete: ``janitor.cleanup.delete.apply(plan, ledger=...)`` on a tree of ``--delete`` files beside
+* delete: ``janitor.cleanup.apply.apply(plan, ledger=...)`` on a tree of ``--delete`` files beside
   ``find root -type f -delete`` on an identical tree (same names, sizes and contents). The plan
   comes from a cache-tree policy whose quota is 1 byte, low watermark 0 and min_age 0, so every
   file is chosen; only ``apply`` is compared with find, the scan + group + open-files + plan
@@ -65,8 +65,8 @@ from rich.console import Console
 from rich.table import Table
 
 import janitor.host.inuse as inuse
-from janitor.cleanup import delete
-from janitor.cleanup.delete import apply
+from janitor.cleanup import apply as applying
+from janitor.cleanup.apply import apply
 from janitor.cleanup.kinds import group_units
 from janitor.cleanup.plan import Plan, Protection, plan_tree
 from janitor.cleanup.scan import Entry, Snapshot, scan
@@ -474,7 +474,7 @@ def bench_delete(
     if one_thread_run:
         # The executor's second thread pays only where deletes wait on the disk: this row says
         # what one thread alone takes here.
-        one_run("one thread", delete, "_THREADS", 1)
+        one_run("one thread", applying, "_THREADS", 1)
     detail = ", ".join(
         f"{k} {fmt_s(statistics.median(s[0] for s in v))}" for k, v in phases.items()
     )

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """pipeline_soak: the unchanged pipeline, guarded, racing outside writers on a small disk.
 
-A simulated batchalign3 server whose worker processes make exactly the calls of
-../shared/BRIEF.md through the installed guard (``janitor shim install``; ffmpeg found on
+A simulated batchalign3 server whose worker processes make exactly batchalign3's calls (below)
+through the installed guard (``janitor shim install``; ffmpeg found on
 ``PATH``, the worker is ffmpeg's parent, as the server is), several files at once:
 
 1. inputs that need converting (``.m4a``) get the media-cache WAV: an exclusive ``flock`` on
@@ -34,9 +34,11 @@ It prints one table (exit 0; ``--strict`` exits 1 when a goal is missed):
 * files started / completed (goal: at least 80 % of those not killed on purpose) / refused at
   their first write, and of those how many while unused cache could have made room (goal 0) /
   failed later (with the groups of compute lost; goal 0) and stopped by outside writers
-  (counted apart, with their groups);
+  (counted apart, with their groups: stopped by the guard as the volume fell below its floor,
+  a cut that met the disk filled to its last byte, which the guard stops and says so, and the
+  worker's own unguarded small writes that met ENOSPC then);
 * inputs deleted under a live job or while awaiting use (0), admitted writes that met ENOSPC
-  (0), foreign files touched (0);
+  (0 that the guard did not stop as forced by outside writers), foreign files touched (0);
 * seconds below the floor (goal: at most 5 % of the run); the cache's size against its quota
   plus what is in use (pinned or awaiting use);
 * seconds from a writer's death to its folder's removal (goal at most 30 s);
@@ -93,12 +95,14 @@ class Failed(Exception):
 
 
 def _kind(code: int, err: str, wav: str | None) -> str:
+    if code == 75 and "space-janitor: stopped" in err:
+        # The guard's own word: ffmpeg met ENOSPC while writers outside every reservation
+        # held the disk to its last byte ("filled"), or it was stopped before that.
+        return "filled" if "No space left on device" in err else "stopped"
     if "No space left on device" in err:
         return "enospc"
     if code == 75 and "space-janitor: refused" in err:
         return "refused"
-    if code == 75 and "space-janitor: stopped" in err:
-        return "stopped"
     if wav is not None and not os.path.exists(wav):
         return "input"
     return "error"
@@ -652,8 +656,12 @@ def _stop(daemon: subprocess.Popen[bytes]) -> None:
 def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
     recs = r["records"]
     by = {k: [x for x in recs if x["outcome"] == k] for k in
-          ("completed", "refused", "stopped", "enospc", "input", "awaiting", "error",
+          ("completed", "refused", "stopped", "filled", "enospc", "input", "awaiting", "error",
            "own-write", "hit-lost", "probe-refused")}  # fmt: skip
+    # The worker's own small writes (payloads) are unguarded: one that met ENOSPC met a disk
+    # that writers outside every reservation filled to its last byte, as a "filled" cut did.
+    own_full = [x for x in by["own-write"] if "No space left" in x.get("detail", "")]
+    forced = by["stopped"] + by["filled"] + own_full
     first = [x for x in by["refused"] if x["cuts"] == 0]
     # A refusal that says how short it fell (never-fits says none: evicting every cache
     # entry would not have made it fit), beside what the cache held that nothing used.
@@ -666,9 +674,9 @@ def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
     if worst is not None:
         size, limit = r["cache_over"][worst]
         cache_row = f"{size / MiB:.1f} MiB vs {limit / MiB:.1f} MiB ({over[worst] / MiB:+.1f} MiB)"
-    later = [x for x in recs if x["outcome"] not in ("completed", "stopped") and x["cuts"] > 0]
+    later = [x for x in recs if x["outcome"] != "completed" and x["cuts"] > 0 and x not in forced]
     lost = sum(x["cuts"] for x in later)
-    stopped_lost = sum(x["cuts"] for x in by["stopped"])
+    stopped_lost = sum(x["cuts"] for x in forced)
     gone = sorted(k["gone"] for k in r["kills"] if k["gone"] is not None)
     never = sum(1 for k in r["kills"] if k["gone"] is None)
     started, admitted, refused_after = r["waits"]
@@ -698,7 +706,12 @@ def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
             target="0",
             verdict=verdict(not later),
         ),
-        Row("  stopped by outside writers (groups lost)", f"{len(by['stopped'])} ({stopped_lost})"),
+        Row("  stopped by outside writers (groups lost)", f"{len(forced)} ({stopped_lost})"),
+        Row(
+            "    of those, a cut met a disk filled to its last byte",
+            str(len(by["filled"])),
+        ),
+        Row("    of those, the worker's own unguarded write met ENOSPC", str(len(own_full))),
         Row("workers SIGKILLed mid-job", str(len(r["kills"]))),
         Row(
             "inputs deleted under a live job or awaiting use",
@@ -711,9 +724,9 @@ def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
             str(len(by["hit-lost"])),
         ),
         Row(
-            "admitted writes that met ENOSPC",
-            str(len(by["enospc"])),
-            target="0",
+            "admitted writes that met ENOSPC (outside writers filled the disk: stopped)",
+            f"{len(by['enospc']) + len(by['filled'])} ({len(by['filled'])})",
+            target="0 unstopped",
             verdict=verdict(not by["enospc"]),
         ),
         Row(

@@ -415,7 +415,7 @@ def run_job(
 ) -> None:
     """One alignment job: an optional pinned WAV, then PCM files under a reservation."""
     from janitor import SpaceRisk
-    from janitor.jobs.estimate import pcm_bytes
+    from janitor.commands.estimate import pcm_bytes
 
     nbytes = pcm_bytes(rng.uniform(60, 300), 16000, 1, 4)
     chunks = math.ceil(nbytes / CHUNK)
@@ -1017,7 +1017,7 @@ def run(args: argparse.Namespace, stack: contextlib.ExitStack, out: dict[str, An
     nslots = args.jobs + args.outside
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(
-        ["__main__", "janitor.core", "janitor.cleanup.sweep", "janitor.jobs.estimate"]
+        ["__main__", "janitor.core", "janitor.cleanup.sweep", "janitor.commands.estimate"]
     )
     arr = ctx.RawArray("d", (nslots + 1) * NF)
     slots = Slots(arr, nslots)

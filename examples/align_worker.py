@@ -2,7 +2,7 @@
 """A minimal alignment-style worker that fails fast instead of filling the disk.
 
 1. Converts MEDIA to a 16 kHz mono 16-bit WAV in the media cache with ffmpeg, under a
-   reservation sized by `janitor.jobs.estimate` (skipped when the cached WAV is already there).
+   reservation sized by `janitor.commands.estimate` (skipped when the cached WAV is already there).
 2. Pins the cached WAV while it reads it, so no sweep evicts it mid-job, and records the hit.
 3. Writes float32 PCM windows into its own `.tmpXXXXXX/fa_v2/audio/` folder under TMPDIR, under a
    second reservation on the job temp tree, checking that reservation between windows.
@@ -29,7 +29,7 @@ import wave
 from pathlib import Path
 
 from janitor import Janitor, JanitorError, ReservationRefused, SpaceRisk
-from janitor.jobs.estimate import estimate_media, pcm_bytes
+from janitor.commands.estimate import estimate_media, pcm_bytes
 
 
 def fingerprint(media: Path) -> str:

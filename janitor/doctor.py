@@ -15,11 +15,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from janitor.commands.run_daemon import daemon_status
 from janitor.config.settings import Settings
 from janitor.errors import JanitorError, LedgerError, LedgerFull
+from janitor.host import batchalign, batchalign3
 from janitor.host.fdwalk import tree_shape
 from janitor.humanize import plural
-from janitor.jobs.run_daemon import daemon_status
 
 __all__ = ["Check", "run_checks"]
 
@@ -81,10 +82,22 @@ def _checks(
         yield from _staging_checks(policy)
     yield _ledger_check(settings)
     yield from _daemon_checks(settings)
-    yield _server_check()
+    found = _generations()
+    yield from _generation_checks(found, policy)
+    if found.calls_ffmpeg:
+        yield _server_check()
     yield _size_walk_check()
-    yield from _guard_checks(platform)
-    yield _front_end_check(settings, platform)
+    if found.calls_ffmpeg:
+        yield from _guard_checks(platform)
+        yield _front_end_check(settings, platform)
+    else:
+        yield Check(
+            "guard",
+            "ok",
+            "not needed here: batchalign 0.10+ decodes media in its own process and runs no "
+            "ffmpeg, and no batchalign3 is installed or running; the policy's trees cover its "
+            "temp WAVs, job folders and result cache",
+        )
     if platform.startswith("linux") and policy is not None:
         yield _inotify_check(policy)
     if platform == "darwin":
@@ -195,6 +208,121 @@ def _staging_checks(policy: Any) -> Iterator[Check]:
         else:
             held = plural(len(store.live), "folder")
             yield Check(f"staging {name}", "ok", f"{what}; {held} of unfinished jobs kept")
+
+
+@dataclass(frozen=True, slots=True)
+class _Generations:
+    """Which generations of the pipeline this machine has: batchalign3 (it runs ffmpeg for its
+    big writes: the guard's to watch) and batchalign 0.10+ (it decodes in its own process)."""
+
+    #: batchalign3's executable or package, its running processes, whether a server answers.
+    b3: str | None
+    b3_pids: tuple[int, ...]
+    b3_server: bool
+    #: batchalign's distribution, and its processes running.
+    ba: batchalign.Installed | None
+    ba_running: tuple[batchalign.Running, ...]
+
+    @property
+    def next_found(self) -> bool:
+        """batchalign 0.10+ installed (or of unknown version) or running."""
+        installed = self.ba is not None and self.ba.next_generation is not False
+        return installed or bool(self.ba_running)
+
+    @property
+    def calls_ffmpeg(self) -> bool:
+        """Whether the guard's advice applies: batchalign3 is installed or runs, or neither
+        generation is found (what will be installed is unknown: the advice stays)."""
+        return self.b3 is not None or bool(self.b3_pids) or self.b3_server or not self.next_found
+
+
+def _generations() -> _Generations:
+    import psutil
+
+    from janitor.commands.ffmpeg_route import is_batchalign, route
+
+    pids = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if is_batchalign(proc.info["cmdline"] or []):
+                pids.append(proc.pid)
+        except psutil.Error:
+            continue
+    served = route(None)
+    return _Generations(
+        batchalign3.installed(),
+        tuple(pids),
+        served is not None and served.case != "direct",
+        batchalign.installed(),
+        batchalign.running(),
+    )
+
+
+def _generation_checks(found: _Generations, policy: Any) -> Iterator[Check]:
+    """What of each generation is here: installed, its folders that exist, what runs."""
+    from janitor.host.batchalign3 import known_paths
+
+    known = {k.name: k.path for k in known_paths()}
+    b3_folders = ("media cache", "batchalign3 state", "job staging", "analysis cache")
+    there = [f"{n} {known[n]}" for n in b3_folders if known[n].exists()]
+    parts = [f"installed: {found.b3}" if found.b3 else "not installed"]
+    if found.b3_pids:
+        parts.append(f"running: pid {', '.join(map(str, found.b3_pids))}")
+    if found.b3_server:
+        parts.append("a local server answers")
+    parts.append(f"its folders: {', '.join(there)}" if there else "none of its folders")
+    yield Check("batchalign3", "ok", "; ".join(parts))
+    yield from _next_generation_check(found, policy)
+
+
+def _next_generation_check(found: _Generations, policy: Any) -> Iterator[Check]:
+    """batchalign 0.10+: its version, its folders, its temp files in TMPDIR, its daemon."""
+    import tempfile
+
+    ba = found.ba
+    if ba is None:
+        parts = ["not installed"]
+    elif ba.next_generation is False:
+        parts = [f"{ba.version} ({ba.where}): before 0.10, not the generation this policy covers"]
+    else:
+        parts = [f"installed: {ba.version or 'version unknown'} ({ba.where})"]
+    mine = (("API workdir", batchalign.api_workdir()), ("result cache", batchalign.cache_path()))
+    folders = [f"{what} {path}" for what, path in mine if path.exists()]
+    parts.append(f"its folders: {', '.join(folders)}" if folders else "none of its folders")
+    try:
+        names = os.listdir(tempfile.gettempdir())
+    except OSError:
+        names = []
+    wavs = sum(1 for n in names if batchalign.TEMP_WAV_RE.fullmatch(n))
+    staged = sum(1 for n in names if n.startswith("batchalign-morphotag-"))
+    if wavs or staged:
+        parts.append(
+            f"in TMPDIR: {plural(wavs, 'tempfile WAV')}, {plural(staged, 'morphotag folder')}"
+        )
+    loose = []
+    for run in found.ba_running:
+        if run.workdir is None:
+            parts.append(f"running: {run.role} pid {run.pid}")
+            continue
+        parts.append(f"running: {run.role} pid {run.pid} (workdir {run.workdir})")
+        if policy is not None and _tree_of(policy, run.workdir / "jobs" / "x") is None:
+            loose.append(str(run.workdir / "jobs"))
+    if loose:
+        yield Check(
+            "batchalign",
+            "warn",
+            "; ".join(parts) + f"; no tree judges {', '.join(loose)}",
+            "add a scratch tree there (as the default policy's batchalign_api_jobs), or start "
+            "the daemon with the BATCHALIGN_API_WORKDIR this shell has",
+        )
+        return
+    yield Check("batchalign", "ok", "; ".join(parts))
+
+
+def _tree_of(policy: Any, path: Path) -> Any:
+    from janitor.config.policy import tree_holding
+
+    return tree_holding(policy.trees.values(), path)
 
 
 def _ledger_check(settings: Settings) -> Check:
@@ -316,7 +444,7 @@ def _size_walk_check() -> Check:
 
 def _server_check() -> Check:
     """Does batchalign3 hand its jobs to a local server, and does that server run the guard?"""
-    from janitor.jobs.server import route
+    from janitor.commands.ffmpeg_route import route
 
     found = route(None)
     assert found is not None  # only `serve` commands have no route
@@ -334,7 +462,7 @@ def _guard_checks(platform: str) -> Iterator[Check]:
     """Does each running batchalign3 process find the guarded ffmpeg first on its PATH?"""
     import psutil
 
-    from janitor.jobs.server import is_batchalign, process_ffmpeg
+    from janitor.commands.ffmpeg_route import is_batchalign, process_ffmpeg
 
     found = False
     for proc in psutil.process_iter(["pid", "name", "cmdline"]):
@@ -377,7 +505,7 @@ def _guard_checks(platform: str) -> Iterator[Check]:
 def _front_end_check(settings: Settings, platform: str) -> Check:
     """Which front end the installed guard has (compiled: a few ms a call; Python: ~25 ms
     more), and why; what `janitor shim install` would put in when none is installed."""
-    from janitor.jobs.shim import state
+    from janitor.commands.shim import state
 
     st = state(settings)
     now, would = st.front_end, st.would_install

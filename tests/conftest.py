@@ -677,6 +677,8 @@ SHIPPED_TREES = frozenset(
         "job_tmp",
         "batchalign3_logs",
         "batchalign3_jobs",
+        "batchalign_api_jobs",
+        "batchalign_cache",
         "hf_hub",
         "stanza",
         "analysis_cache",

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A stand-in for batchalign3's file operations, exactly as ../shared/BRIEF.md lists them.
+"""A stand-in for batchalign3's file operations, exactly as batchalign3 makes them (below).
 
 For each media file, one after the other (or ``--concurrency`` at once, as the server's workers):
 

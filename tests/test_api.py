@@ -713,20 +713,20 @@ def test_schemathesis_against_the_served_schema(tmp_path: Path) -> None:
     )
 
 
-# -- the offload threads --------------------------------------------------------------------------
+# -- the thread pool ------------------------------------------------------------------------------
 
 
-def test_offload_keeps_the_event_loop_free_and_hands_back_results_and_errors() -> None:
+def test_the_thread_pool_keeps_the_event_loop_free_and_hands_back_results_and_errors() -> None:
     """Blocking calls (a ledger write waiting for another writer, a sweep) run in worker threads:
     a slow one does not hold up the loop or a quick one, errors arrive as exceptions, and with
     every worker busy a call waits for one instead of failing."""
     import asyncio
     import threading
 
-    from janitor.daemon.api import Offload
+    from janitor.daemon.thread_pool import ThreadPool
     from janitor.errors import UnknownReservation
 
-    off = Offload(max_workers=2)
+    off = ThreadPool(max_workers=2)
     release = threading.Event()
 
     def slow(name: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -338,6 +339,38 @@ def test_a_first_cut_that_nothing_running_can_make_fit_is_refused_at_once(
     assert "refused at once" in err and "waiting would not make it fit" in err, err
     assert cuts_of(report) == []
     assert took < 20, took
+
+
+@pytest.mark.usefixtures("front_end")
+def test_a_first_cut_waits_for_space_an_outside_writer_took_moments_ago(
+    tmp_path: Path, m4a: Callable[[float], Path]
+) -> None:
+    """An outside writer (no reservation) takes the volume's room just before a job's first
+    cut, and gives it back a few seconds later. The daemon's readings show that room was free
+    moments ago, so the cut waits for it (within JANITOR_GUARD_WAIT_S) and the file completes;
+    before, nothing known would give it back and the cut was refused at once."""
+    report = tmp_path / "report.jsonl"
+    with site(tmp_path, size="64m", floor="8MiB") as s, running_daemon(s.setup):
+
+        def sampled() -> int:
+            with sqlite3.connect(f"file:{s.setup.ledger}?mode=ro", uri=True) as db:
+                return int(db.execute("SELECT count(*) FROM samples").fetchone()[0])
+
+        eventually(lambda: sampled() > 0, timeout=30, what="the daemon's first reading")
+        burst = s.setup.mount / "burst.bin"  # on the volume, in no tree
+        fill_file(burst, max(0, free_of(s.tmp) - 8 * MiB - 512 * 1024))
+        gone = threading.Timer(4.0, lambda: burst.unlink(missing_ok=True))
+        gone.start()
+        try:
+            job = s.start("--groups", "3", "--group-s", "20", "--report", report, m4a(60),
+                          JANITOR_GUARD_WAIT_S="60")  # fmt: skip
+            code, _, err = finish(job)
+        finally:
+            gone.join()
+        guard_log = (s.setup.log_dir / "guard.log").read_text()
+    assert code == 0, err
+    assert len(cuts_of(report)) == 3
+    assert "waiting for" in guard_log, guard_log
 
 
 def test_a_later_write_passes_the_head_of_the_queue_only_if_it_does_not_delay_it(

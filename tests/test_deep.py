@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from janitor import Janitor
-from janitor.cleanup.delete import apply
+from janitor.cleanup.apply import apply
 from janitor.cleanup.scan import scan
 from janitor.config.policy import Policy
 from janitor.daemon.tree_watcher import TreeWatcher

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from janitor import Janitor
-from janitor.cleanup.delete import Outcome, Report, apply
+from janitor.cleanup.apply import Outcome, Report, apply
 from janitor.cleanup.plan import Plan
 from janitor.host import inuse
 
@@ -671,13 +671,13 @@ def test_many_units_go_with_every_check_and_are_logged_in_plan_order(
 ) -> None:
     """Threads (forced here from the first units on) change nothing but speed: each unit is
     still checked right before it goes, outcomes and the log keep the plan's LRU order."""
-    import janitor.cleanup.delete as delete
+    import janitor.cleanup.apply as applying
 
-    monkeypatch.setattr(delete, "_THREADS", threads)
-    monkeypatch.setattr(delete, "_PROBE", 2)
-    monkeypatch.setattr(delete, "_THREADS_MIN", 1)
-    monkeypatch.setattr(delete, "_CHUNK", 3)
-    monkeypatch.setattr(delete, "_WAIT_RATIO", 0.0)
+    monkeypatch.setattr(applying, "_THREADS", threads)
+    monkeypatch.setattr(applying, "_PROBE", 2)
+    monkeypatch.setattr(applying, "_THREADS_MIN", 1)
+    monkeypatch.setattr(applying, "_CHUNK", 3)
+    monkeypatch.setattr(applying, "_WAIT_RATIO", 0.0)
     root = tmp_path / "cache"
     for i in range(40):
         folder = root / ("sub" if i % 3 else "")

@@ -1,4 +1,5 @@
-"""Size estimates: ``janitor.jobs.estimate.pcm_bytes`` and the real ``janitor estimate`` command.
+"""Size estimates: ``janitor.commands.estimate.pcm_bytes`` and the real ``janitor estimate``
+command.
 
 The media is made by the real ffmpeg (lavfi sine), the duration read by the real ffprobe, and the
 estimate is compared with the size of the file the real ffmpeg then writes. Tests that need
@@ -17,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from janitor.commands.estimate import WAV_HEADER_BYTES, pcm_bytes
 from janitor.errors import ConfigError
 from janitor.guarding.ffmpeg import wav_header_bytes
-from janitor.jobs.estimate import WAV_HEADER_BYTES, pcm_bytes
 
 from .conftest import JANITOR_BIN, one_line_error
 
@@ -272,7 +273,7 @@ def test_janitor_estimate_the_api_and_the_preflight_agree_with_what_ffmpeg_write
     /v1/estimate`` of batchalign3's own command line, and ``janitor run``'s pre-flight give the
     same bytes, and they cover what ffmpeg then writes for that command (to the byte)."""
     from janitor import Janitor
-    from janitor.jobs.run import preflight
+    from janitor.commands.run import preflight
 
     from ._daemon_helpers import daemon_setup, running_daemon, uds_client
 

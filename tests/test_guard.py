@@ -494,9 +494,9 @@ def test_an_unestimable_call_leaves_one_debug_line_in_the_guard_log(
 
 
 def test_information_options_are_the_ones_the_estimator_stops_at() -> None:
+    from janitor.commands.guard import INFO_OPTIONS, asks_only_for_information
     from janitor.guarding import ffmpeg
     from janitor.guarding.ffmpeg.args import EXIT, OPTIONS
-    from janitor.jobs.guard import INFO_OPTIONS, asks_only_for_information
 
     exits = {f"-{name}" for name, kind in OPTIONS.items() if kind & EXIT}
     assert exits == INFO_OPTIONS
@@ -531,7 +531,7 @@ def test_ffmpeg_version_is_execd_before_the_estimator_loads_and_is_not_logged(
         for line in traced.stderr.decode().splitlines()
         if line.startswith("import time:")
     ]
-    assert "janitor.jobs.guard" in imported, traced.stderr
+    assert "janitor.commands.guard" in imported, traced.stderr
     assert "janitor.guarding.ffmpeg" not in imported, imported
     for args in (["-version"], ["-buildconf"], ["-h"], []):
         guarded, bare = _both(guard, args, tmp_path)
@@ -716,12 +716,26 @@ def test_shim_install_status_uninstall(run_cli: Cli, tmp_path: Path) -> None:
     assert gone.returncode == 0 and not (folder / "ffmpeg").exists(), gone.stderr
 
 
+#: What the Python scripts of a guard an earlier ``shim install`` wrote import, by where the
+#: guard lived then: ``janitor.guard`` (a Python script alone, before the compiled front end
+#: and the guarded ffprobe), then ``janitor.jobs.guard`` and ``janitor.jobs.probe_guard``
+#: (both front ends, before the package was named ``janitor.commands``).
+OLD_IMPORTS = {
+    "janitor.guard": {"janitor.commands.guard": "janitor.guard"},
+    "janitor.jobs": {
+        "janitor.commands.guard": "janitor.jobs.guard",
+        "janitor.commands.probe_guard": "janitor.jobs.probe_guard",
+    },
+}
+
+
+@pytest.mark.parametrize("old", sorted(OLD_IMPORTS))
 def test_a_guard_written_before_the_upgrade_still_runs_and_is_called_stale(
-    run_cli: Cli, tmp_path: Path, front_end: str
+    run_cli: Cli, tmp_path: Path, front_end: str, old: str
 ) -> None:
-    """Shims written before the guard moved to ``janitor.jobs.guard`` import ``janitor.guard``
-    (and were Python scripts, before the compiled front end): ffmpeg must keep working through
-    them until ``shim install`` rewrites them."""
+    """Guards written before the guard moved to ``janitor.commands.guard`` import it from its
+    old address (``OLD_IMPORTS``): ffmpeg and ffprobe must keep working through them until
+    ``shim install`` rewrites them."""
     folder = tmp_path / "bin"
     assert run_cli("shim", "install", "--dir", folder).returncode == 0
     shim = folder / "ffmpeg"
@@ -732,21 +746,34 @@ def test_a_guard_written_before_the_upgrade_still_runs_and_is_called_stale(
         else ["ffmpeg", "ffmpeg.guard", "ffprobe", "ffprobe.guard"]
     )
     assert sorted(files) == want
-    text = files["ffmpeg" if front_end == "python" else "ffmpeg.guard"].decode()
-    assert "from janitor.jobs.guard import main" in text
-    # what an older space-janitor wrote: a Python script alone, importing the old module
-    (folder / "ffmpeg.guard").unlink(missing_ok=True)
-    shim.write_text(
-        text.replace("from janitor.jobs.guard import main", "from janitor.guard import main")
-    )
-    shim.chmod(0o755)
+    scripts = {
+        program: folder / (program if front_end == "python" else f"{program}.guard")
+        for program in ("ffmpeg", "ffprobe")
+    }
+    sources = {program: script.read_text() for program, script in scripts.items()}
+    assert "from janitor.commands.guard import main" in sources["ffmpeg"]
+    assert "from janitor.commands.probe_guard import main" in sources["ffprobe"]
+    if old == "janitor.guard":  # a Python script alone, importing the old module
+        (folder / "ffmpeg.guard").unlink(missing_ok=True)
+        scripts = {"ffmpeg": shim}
+    for program, script in scripts.items():
+        text = sources[program]
+        for now, then in OLD_IMPORTS[old].items():
+            text = text.replace(f"from {now} import main", f"from {then} import main")
+        assert "janitor.commands" not in text
+        script.write_text(text)
+        script.chmod(0o755)
     env = {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
-    old = subprocess.run([str(shim), "-version"], capture_output=True, text=True, env=env)
-    bare = subprocess.run([REAL_FFMPEG, "-version"], capture_output=True, text=True)
-    assert (old.returncode, old.stdout) == (bare.returncode, bare.stdout), old.stderr
+    for program, script in scripts.items():
+        # the Python script itself: the compiled front end execs -version before any Python
+        ran = subprocess.run([str(script), "-version"], capture_output=True, text=True, env=env)
+        real = REAL_FFMPEG if program == "ffmpeg" else shutil.which(program) or program
+        bare = subprocess.run([real, "-version"], capture_output=True, text=True)
+        assert (ran.returncode, ran.stdout) == (bare.returncode, bare.stdout), ran.stderr
     state = json.loads(run_cli("shim", "status", "--dir", folder, "--json").stdout)
     assert state["installed"] and not state["current"], state
-    assert state["front_end"]["kind"] == "python", state
+    kind = "python" if old == "janitor.guard" else front_end
+    assert state["front_end"]["kind"] == kind, state
     assert state["would_install"]["kind"] == front_end, state
     assert run_cli("shim", "install", "--dir", folder).returncode == 0
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == files

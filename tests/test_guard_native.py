@@ -30,9 +30,9 @@ import psutil
 import pytest
 
 import janitor
+from janitor.commands import guard, probe_guard, supervise, watch
 from janitor.guarding import mark, protocol
 from janitor.host.fastpaths import PORTABLE
-from janitor.jobs import guard, probe_guard, supervise, watch
 
 from ._daemon_helpers import eventually, socket_answers
 from .conftest import JANITOR_BIN, PCM_RATE, REAL_FFMPEG, Pipeline

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 import janitor
 from janitor.admission.reserve import Admission
+from janitor.commands.daemon_client import dumps, loads
 from janitor.errors import NeverFits, ReservationRefused
 from janitor.guarding.held import HeldWrite, WriteSession, Written
-from janitor.jobs.daemon_client import dumps, loads
 
 text = st.text(st.characters(exclude_categories=["Cs"]))
 values: st.SearchStrategy[Any] = st.recursive(
@@ -47,8 +47,8 @@ def test_broken_json_is_an_error_not_a_value(bad: bytes) -> None:
 
 
 #: What the guarded ffmpeg loads to send a call and carry out its verdict.
-WIRE = ("janitor.jobs.daemon_client", "janitor.guarding.held", "janitor.guarding.protocol",
-        "janitor.jobs.watch", "janitor.jobs.guard")  # fmt: skip
+WIRE = ("janitor.commands.daemon_client", "janitor.guarding.held", "janitor.guarding.protocol",
+        "janitor.commands.watch", "janitor.commands.guard")  # fmt: skip
 
 
 def test_the_guards_wire_loads_nothing_heavy() -> None:

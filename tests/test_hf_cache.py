@@ -403,7 +403,7 @@ def test_a_revision_whose_blob_is_open_or_mapped_is_never_deleted(
     how: str,
 ) -> None:
     from janitor import Janitor
-    from janitor.cleanup.delete import apply
+    from janitor.cleanup.apply import apply
 
     snaps = two_models(hub)
     hf_policy(write_policy, hub, quota=quota_for(hub, ["main", "other"]), low_watermark="100%")
@@ -431,7 +431,7 @@ def test_a_blob_another_revision_keeps_still_keeps_the_revision_while_it_is_open
     hub: Hub, write_policy: Callable[..., Path], opener: Callable[[Path, str], None]
 ) -> None:
     from janitor import Janitor
-    from janitor.cleanup.delete import apply
+    from janitor.cleanup.apply import apply
 
     snaps = two_models(hub)
     hf_policy(write_policy, hub, quota=quota_for(hub, ["main", "other"]), low_watermark="100%")
@@ -451,7 +451,7 @@ def test_a_pinned_revision_or_a_download_in_progress_is_left_alone(
     hub: Hub, write_policy: Callable[..., Path], opener: Callable[[Path, str], None]
 ) -> None:
     from janitor import Janitor
-    from janitor.cleanup.delete import apply
+    from janitor.cleanup.apply import apply
 
     snaps = two_models(hub)
     hf_policy(write_policy, hub, quota=quota_for(hub, ["main", "other"]), low_watermark="100%")
@@ -531,7 +531,7 @@ def test_a_link_swapped_out_of_the_tree_after_planning_stops_the_delete(
     hub: Hub, write_policy: Callable[..., Path], tmp_path: Path
 ) -> None:
     from janitor import Janitor
-    from janitor.cleanup.delete import apply
+    from janitor.cleanup.apply import apply
 
     secret = tmp_path / "outside" / "model.bin"
     secret.parent.mkdir()

@@ -77,6 +77,18 @@ def job_tmp(root: Path) -> None:
         set_age(root / job, age)
 
 
+def lmdb_cache(root: Path) -> None:
+    """Two LMDB environments (1 and 5 days unused), a folder that is none (no data.mdb) and a
+    loose file beside them."""
+    for env, age in (("cache.lmdb", DAY), ("old.lmdb", 5 * DAY)):
+        make_file(root / env / "data.mdb", 64 * KiB, age=age)
+        make_file(root / env / "lock.mdb", 8 * KiB, age=age)
+        set_age(root / env, age)
+    make_file(root / "notes" / "x.txt", KiB, age=10 * DAY)
+    set_age(root / "notes", 10 * DAY)
+    make_file(root / "cache.redb", KiB, age=10 * DAY)
+
+
 def hub_cache(root: Path) -> None:
     """org/tiny as huggingface_hub lays it out: an old revision (10 days) and main (1 day, named
     by refs/main), sharing one blob."""
@@ -205,6 +217,25 @@ CASES = [
         gone={f"{TINY}/snapshots/{OLD}", blob(b"{old}"), blob(b"A" * 200 * KiB)},
         stays={blob(b"S" * 48 * KiB)},  # main uses it too
     ),
+    Case(
+        units="lmdb",
+        role="cache",
+        build=lmdb_cache,
+        keys={"cache.lmdb/data.mdb": "cache.lmdb", "old.lmdb": "old.lmdb",
+              "cache.redb": "cache.redb"},
+        members={"cache.lmdb": {"cache.lmdb", "cache.lmdb/data.mdb", "cache.lmdb/lock.mdb"},
+                 "old.lmdb": {"old.lmdb", "old.lmdb/data.mdb", "old.lmdb/lock.mdb"}},
+        details=(CHILDREN, CHILDREN, CHILDREN, CHILDREN, SIZE),
+        whole=False,
+        older_at=2,
+        none_older_at=6,
+        pin="cache.lmdb/data.mdb",
+        pinned="cache.lmdb",
+        delete="old.lmdb",
+        gone={"old.lmdb", "old.lmdb/data.mdb", "old.lmdb/lock.mdb"},  # whole, nothing aside
+        stays=set(),
+        keys_extra={"quota": "1GiB"},
+    ),
 ]  # fmt: skip
 IDS = [c.units for c in CASES]
 
@@ -282,7 +313,7 @@ def test_a_kind_tells_what_a_size_walk_must_and_does_tell_of_its_units(site: OnT
     m = site.measured(FILES)
     seen = glance(tree, m)
     units = site.units()
-    if case.units == "dir":
+    if case.units in ("dir", "lmdb"):
         assert seen.bytes == sum(allocated_size(site.root / k) for k in units)
     else:
         assert seen.bytes == m.bytes  # every file, or (revisions) at least what they add up to
@@ -295,6 +326,7 @@ def test_a_kind_tells_what_a_size_walk_must_and_does_tell_of_its_units(site: OnT
     want = {
         "file": allocated_size(site.root),
         "dir": sum(allocated_size(site.root / k) for k in units),
+        "lmdb": sum(allocated_size(site.root / k) for k in units),
         "hf_revision": sum(u.size for u in units.values()),
     }[case.units]
     assert site.kind.usage(tree) == want

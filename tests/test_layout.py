@@ -19,7 +19,7 @@ PKG = Path(janitor.__file__).parent
 
 #: Each layer may import its own modules and the layers before it, never one after it.
 LAYERS = [
-    ("janitor.humanize", "janitor.errors", "janitor.sizes"),
+    ("janitor.humanize", "janitor.errors", "janitor.error_statuses", "janitor.sizes"),
     ("janitor.host",),
     ("janitor.config",),
     ("janitor.ledger",),
@@ -27,7 +27,7 @@ LAYERS = [
     ("janitor.cleanup",),
     ("janitor.handles", "janitor.reserving", "janitor.core", "janitor.status", "janitor.usage"),
     ("janitor.guarding",),
-    ("janitor.jobs", "janitor.guard"),
+    ("janitor.commands", "janitor.guard", "janitor.jobs"),
     ("janitor.doctor", "janitor.service"),
     ("janitor.daemon",),
     ("janitor.cli", "janitor.__main__"),
@@ -154,29 +154,29 @@ def test_the_guards_wire_stands_alone() -> None:
     running writer import no other module of ours than the few the guard loads anyway (the
     guarded ffmpeg loads them on every call), and the daemon imports neither the guard nor its
     client: it decides and ends a call's writes through ``janitor.guarding``."""
-    assert GRAPH["janitor.jobs.daemon_client"] == []
+    assert GRAPH["janitor.commands.daemon_client"] == []
     assert GRAPH["janitor.guarding.held"] == []
     assert GRAPH["janitor.guarding.protocol"] == []
     assert GRAPH["janitor.guarding.mark"] == []
-    assert GRAPH["janitor.jobs.watch"] == ["janitor.jobs.supervise"]
+    assert GRAPH["janitor.commands.watch"] == ["janitor.commands.supervise"]
     daemon = {t for m, ts in GRAPH.items() if m.startswith("janitor.daemon") for t in ts}
-    assert daemon & {"janitor.jobs.guard", "janitor.jobs.daemon_client"} == set()
+    assert daemon & {"janitor.commands.guard", "janitor.commands.daemon_client"} == set()
     assert {"janitor.guarding.verdict", "janitor.guarding.close"} <= set(
-        GRAPH["janitor.daemon.api"]
+        GRAPH["janitor.daemon.routes.guard"]
     )
 
 
-def test_jobs_holds_only_the_commands_and_the_guarding_layer_decides() -> None:
-    """``janitor.jobs`` keeps the commands that stand in for ffmpeg and ffprobe and run them: no
+def test_commands_holds_only_the_commands_and_the_guarding_layer_decides() -> None:
+    """``janitor.commands`` keeps the commands that stand in for ffmpeg and ffprobe and run them: no
     module of it prepares, grants or waits for a call's writes (the admission of a guarded call
     is ``janitor.guarding``'s), and nothing below the front ends imports them back."""
     admission = {"janitor.admission.reserve", "janitor.admission.queue", "janitor.ledger.tx"}
-    jobs = {m: set(ts) for m, ts in GRAPH.items() if m.startswith("janitor.jobs.")}
-    assert {m: ts & admission for m, ts in jobs.items() if ts & admission} == {}
+    commands = {m: set(ts) for m, ts in GRAPH.items() if m.startswith("janitor.commands.")}
+    assert {m: ts & admission for m, ts in commands.items() if ts & admission} == {}
     for name in ("call", "writes", "held", "probe_call", "mark", "ffmpeg"):
-        assert f"janitor.jobs.{name}" not in MODULES
+        assert f"janitor.commands.{name}" not in MODULES
     guarding = {t for m, ts in GRAPH.items() if m.startswith("janitor.guarding") for t in ts}
-    assert {t for t in guarding if t.startswith("janitor.jobs")} == set()
+    assert {t for t in guarding if t.startswith(("janitor.commands", "janitor.jobs"))} == set()
 
 
 def test_ctypes_is_loaded_only_in_the_host_layer() -> None:
@@ -256,7 +256,7 @@ def test_the_syscall_check_sees_every_form_of_import() -> None:
 
 def test_syscalls_live_in_the_host_package_only() -> None:
     """No exception is listed: the last ones (``cleanup/deleter.py``'s tree lock and
-    ``jobs/supervise.py``'s ``prctl``) moved into ``janitor.host`` with issue 34, item 6."""
+    ``commands/supervise.py``'s ``prctl``) moved into ``janitor.host`` with issue 34, item 6."""
     outside = {
         name: lines
         for name, path in MODULES.items()
@@ -293,6 +293,52 @@ def test_the_class_length_check_counts_lines() -> None:
 def test_no_class_is_longer_than_300_lines(name: str) -> None:
     long = long_classes(MODULES[name].read_text())
     assert {c: n for c, n in long.items() if (name, c) not in LONG_CLASSES_KNOWN} == {}
+
+
+#: Functions known to be longer, each with its reason. ``_walk`` is the scan's loop, inlined for
+#: speed (its docstring says why): every other function is cut into named steps.
+LONG_FUNCTIONS_KNOWN: set[tuple[str, str]] = {("janitor.cleanup.scan", "_walk")}
+
+
+def long_functions(source: str, limit: int = 120) -> dict[str, int]:
+    """Each function of ``source`` longer than ``limit`` lines, by its dotted name in the module
+    (``Class.method``, ``outer.inner``: a nested function is one of its own too, and counts in
+    its outer one), with its length from its first decorator to its last line."""
+    found: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                    length = (child.end_lineno or child.lineno) - first + 1
+                    if length > limit:
+                        found[name] = length
+                visit(child, f"{name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def test_the_function_length_check_counts_lines() -> None:
+    body = "    x = 1\n" * 119
+    assert long_functions(f"def short():\n{body}") == {}  # 120 lines in all
+    assert long_functions(f"@decorated\ndef long():\n{body}") == {"long": 121}
+    nested = (
+        "class C:\n    async def outer(self):\n        def inner():\n" + "            x = 1\n" * 120
+    )
+    assert long_functions(nested) == {"C.outer": 122, "C.outer.inner": 121}
+    inside = "if True:\n    def f():\n" + "        x = 1\n" * 120
+    assert long_functions(inside) == {"f": 121}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_function_is_longer_than_120_lines(name: str) -> None:
+    long = long_functions(MODULES[name].read_text())
+    assert {f: n for f, n in long.items() if (name, f) not in LONG_FUNCTIONS_KNOWN} == {}
 
 
 def test_the_supervisor_is_short() -> None:

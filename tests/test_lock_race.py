@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from janitor import Janitor
-from janitor.cleanup.delete import apply
+from janitor.cleanup.apply import apply
 from janitor.cleanup.kinds import group_units
 from janitor.cleanup.plan import Protection, plan_tree
 from janitor.cleanup.scan import scan

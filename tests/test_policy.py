@@ -329,7 +329,10 @@ ONE_PROBLEM = [
     (TREE + "max_age = [1]\n", "trees.t.max_age = [1]: not a duration; use e.g."),
     # enums
     ('[trees.t]\nrole = "archive"\npath = "/srv/x"\n', 'trees.t.role = "archive": wanted "cache"'),
-    (TREE + 'units = "dirs"\n', 'trees.t.units = "dirs": wanted "file", "dir" or "hf_revision"'),
+    (
+        TREE + 'units = "dirs"\n',
+        'trees.t.units = "dirs": wanted "file", "dir", "hf_revision" or "lmdb"',
+    ),
     # missing keys
     (
         '[trees.t]\npath = "/srv/x/y"\n',

@@ -33,8 +33,8 @@ from rich.console import Console
 
 from janitor.cli.layout import ELLIPSIS, Cut, Line, middle_cut
 from janitor.cli.view import BATCHALIGN_EXTRA, render_checks, render_preflight, render_sweep
+from janitor.commands.run import MediaPlan, Preflight, VolumeNeed
 from janitor.doctor import Check
-from janitor.jobs.run import MediaPlan, Preflight, VolumeNeed
 
 from ._enforce_helpers import DAY, KiB, make_entry, make_job, scratch_tree
 from .conftest import JANITOR_BIN, REAL_FFMPEG

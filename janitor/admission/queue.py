@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from janitor.config.policy import Policy
     from janitor.ledger.tx import Tx
 
-__all__ = ["Coming", "held_for_head", "will_come"]
+__all__ = ["Coming", "came_back", "held_for_head", "will_come"]
 
 #: How long a cache's measured size is reused: every admission on a volume where a call waits
 #: asks it, under the ledger's writer lock, and a cache holds thousands of entries.
@@ -65,6 +65,22 @@ def _cache_bytes(root: str) -> int:
     size = allocated_size(root)
     _sizes[root] = (now, size)
     return size
+
+
+def came_back(tx: Tx, device: int, free_now: int, *, window_s: float) -> int:
+    """Free space volume ``device`` had within the last ``window_s`` above ``free_now``: the
+    highest of the daemon's readings there (:mod:`janitor.daemon.sampler`) less ``free_now``.
+
+    Writers outside every reservation (a download, a build, a burst of another program) take
+    space and give it back; what the volume held free that recently may come back within a
+    wait of the same length, so a write that lacks no more than that may wait for it, within
+    its bound, rather than be refused at once. A volume whose free space has stood still (or
+    one no daemon samples) gives nothing here: a write that nothing can make fit is still
+    refused at once."""
+    if window_s <= 0:
+        return 0
+    readings = tx.samples.series(device, time.time() - window_s)
+    return max(0, max((free for _, free in readings), default=0) - free_now)
 
 
 def will_come(

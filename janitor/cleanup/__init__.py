@@ -1,1 +1,2 @@
-"""Cleanup as a flow of values: scan -> units -> plan (pure) -> delete (the deleter) -> sweep."""
+"""Cleanup as a flow of values: scan -> units -> plan (pure) -> apply (a deleter per tree) ->
+sweep."""

@@ -2,7 +2,7 @@
 delete and why.
 
 ``plan_tree`` (quota, age, orphans) and ``plan_pressure`` (make room on a volume at risk) read
-nothing from the disk, so they are tested exhaustively without one; ``janitor.cleanup.delete``
+nothing from the disk, so they are tested exhaustively without one; ``janitor.cleanup.apply``
 is what carries a plan out.
 """
 
@@ -114,7 +114,7 @@ class PlanItems(LazySequence[PlanItem]):
     """A plan's items, in order; each PlanItem (and its Unit) is built when read.
 
     A plan over a million-file tree may choose half a million units: the planner decides with
-    positions in the unit tables, and the objects are made only as the executor (or a listing)
+    positions in the unit tables, and the objects are made only as ``apply`` (or a listing)
     reaches them. Equal to any sequence of the same items, a tuple included.
     """
 

@@ -24,7 +24,7 @@ O = TypeVar("O")  # noqa: E741
 
 @dataclass(frozen=True, slots=True)
 class Tuning:
-    """When and how a pool shares its work (``janitor.cleanup.delete`` holds the numbers)."""
+    """When and how a pool shares its work (``janitor.cleanup.apply`` holds the numbers)."""
 
     #: Workers in all, the calling thread's included (1: it works alone).
     threads: int

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from janitor.admission.volume import Volume
-from janitor.cleanup.delete import Report, apply
+from janitor.cleanup.apply import Report, apply
 from janitor.cleanup.plan import Plan, Reason, plan_pressure, plan_units
 from janitor.cleanup.scan import display_path
 from janitor.cleanup.staging import StagingJobs

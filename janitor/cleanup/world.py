@@ -4,9 +4,9 @@ A sweep first looks (:func:`survey`): it scans each of its trees, reads the ledg
 transaction (:func:`read_ledger`: pins, reservations, jobs and the touches under each tree;
 reaped first when the sweep may delete, the same reap as ``Janitor.reap``), and groups each
 tree into its units, and reads the job store beside each staging tree once
-(:func:`janitor.cleanup.staging.read_staging`). Then it gathers what is in use now
-(:meth:`Survey.protection`: also the held lock files, the open files, a staging tree's
-unfinished jobs) and measures each volume once
+(:func:`janitor.cleanup.staging.read_active`: for batchalign 0.10, its running processes).
+Then it gathers what is in use now (:meth:`Survey.protection`: also the held lock files, the
+open files, a staging tree's unfinished jobs) and measures each volume once
 (:func:`measure_volumes`). :func:`plan_world` plans from that :class:`World` alone.
 """
 
@@ -23,7 +23,7 @@ from janitor.cleanup.glance import still_there, writing
 from janitor.cleanup.kinds import group_units
 from janitor.cleanup.plan import Plan, Protection, ScannedTree, plan_pressure, plan_tree
 from janitor.cleanup.scan import scan
-from janitor.cleanup.staging import StagingJobs, read_staging
+from janitor.cleanup.staging import StagingJobs, read_active
 from janitor.config.policy import Policy, TreePolicy
 from janitor.errors import LedgerError
 from janitor.host.inuse import lock_held, locked_inodes, open_inodes
@@ -158,9 +158,9 @@ def survey(
         for tree, snap in found
     )
     staging = tuple(
-        read_staging(s.tree, s.snapshot.root, s.units.keys())
+        read_active(s.tree, s.snapshot.root, s.units)
         for s in scanned
-        if s.tree.active_jobs == "batchalign3"
+        if s.tree.active_jobs is not None
     )
     return Survey(scanned, recorded, now, staging)
 

@@ -1,6 +1,6 @@
 """The `janitor` command: the root options, the command tree, and the entry point.
 
-Each command group lives in its own module (``reservations``, ``status``, ``cleanup``, ``jobs``,
+Each command group lives in its own module (``reservations``, ``status``, ``cleanup``, ``commands``,
 ``service``, ``policy``) and only parses, calls the library and renders; this module wires them
 in the order ``janitor --help`` lists them. Exit codes are in ``janitor.cli.common``.
 """
@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from janitor.cli import cleanup, jobs, policy, reservations, service, status
+from janitor.cli import cleanup, commands, policy, reservations, service, status
 from janitor.cli.argv import hoist
 from janitor.cli.common import G, say
 from janitor.cli.labels import finish_help
@@ -98,15 +98,15 @@ app.command("log")(status.log_)
 app.command()(cleanup.touch)
 app.command()(cleanup.pin)
 app.command()(cleanup.unpin)
-app.command("exec")(jobs.exec_)
-app.command("run", context_settings=_COMMAND_AFTER, options_metavar="[OPTIONS] --")(jobs.run_)
-app.command()(jobs.estimate)
+app.command("exec")(commands.exec_)
+app.command("run", context_settings=_COMMAND_AFTER, options_metavar="[OPTIONS] --")(commands.run_)
+app.command()(commands.estimate)
 app.command()(service.daemon)
 app.command()(cleanup.emergency)
 app.add_typer(shim_app, name="shim")
-shim_app.command("install")(jobs.shim_install)
-shim_app.command("status")(jobs.shim_status)
-shim_app.command("uninstall")(jobs.shim_uninstall)
+shim_app.command("install")(commands.shim_install)
+shim_app.command("status")(commands.shim_status)
+shim_app.command("uninstall")(commands.shim_uninstall)
 app.add_typer(service_app, name="service")
 service_app.command("install")(service.service_install)
 service_app.command("uninstall")(service.service_uninstall)

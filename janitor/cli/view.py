@@ -24,8 +24,8 @@ from janitor.status import Status
 
 if TYPE_CHECKING:
     from janitor.admission.volume import Volume
+    from janitor.commands.run import Preflight
     from janitor.doctor import Check
-    from janitor.jobs.run import Preflight
     from janitor.ledger.reservations import ReservationInfo
     from janitor.usage import SpaceRow, VolumeSpace
 

@@ -313,11 +313,13 @@ class TreePolicy(_Model):
     exclude: tuple[str, ...] = Field(
         default=(), description="Globs, as include, of what the tree leaves alone."
     )
-    units: Literal["file", "dir", "hf_revision"] = Field(
+    units: Literal["file", "dir", "hf_revision", "lmdb"] = Field(
         default="file",
         description="file: each file is a unit (see group); dir: each folder right under the "
         "root matching unit_glob; hf_revision: each revision of a Hugging Face hub cache (a "
-        "cache tree; needs the hf extra).",
+        "cache tree; needs the hf extra); lmdb: each LMDB environment (a folder holding "
+        "data.mdb), whole or not at all, for a cache (by its own quota or max_age only) or a "
+        "report tree.",
     )
     unit_glob: str = Field(default="*", description="For dir units: the folder name glob.")
     unit_requires: tuple[str, ...] | dict[str, tuple[str, ...]] = Field(
@@ -326,11 +328,19 @@ class TreePolicy(_Model):
         "folder, so other programs' folders are left alone; or a table of such lists by "
         'folder glob ("tmp*" = ["mono_file.wav"]), and then no unit_glob.',
     )
-    active_jobs: Literal["batchalign3"] | None = Field(
+    unit_files: tuple[str, ...] = Field(
+        default=(),
+        description="For dir units: globs of files right under the root that are units on "
+        "their own, judged as a folder is (a Python tempfile's loose tmpXXXXXXXX.wav).",
+    )
+    active_jobs: Literal["batchalign3", "batchalign"] | None = Field(
         default=None,
-        description="For a scratch tree of dir units, batchalign3's <state>/jobs: never a "
-        "folder of a job the jobs.db beside the tree holds as unfinished, and no folder at all "
-        "while that jobs.db cannot be read; an unset orphan_age is server.yaml's job_ttl_days.",
+        description="For a scratch tree of dir units, never a unit a queued or running job of "
+        "this program may use. batchalign3 (its <state>/jobs): never a folder of a job the "
+        "jobs.db beside the tree holds as unfinished, and no folder at all while that jobs.db "
+        "cannot be read; an unset orphan_age is server.yaml's job_ttl_days. batchalign (0.10 "
+        "and later): never a unit changed (mtime or ctime) since the start of one of its "
+        "processes still running.",
     )
     group: str | None = Field(
         default=None,
@@ -464,7 +474,11 @@ class TreePolicy(_Model):
 
     def unit_rules(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """For ``units = "dir"``: each (folder glob, globs of which one must name an entry
-        directly inside it; empty: any folder). A table of unit_requires gives one per key."""
+        directly inside it; empty: any folder). A table of unit_requires gives one per key; a
+        kind that says which folders are its units (``lmdb``) gives its own."""
+        fixed = UNIT_RULES[self.units].folder_rules
+        if fixed:
+            return fixed
         if isinstance(self.unit_requires, dict):
             return tuple((glob, tuple(req)) for glob, req in self.unit_requires.items())
         return ((self.unit_glob, tuple(self.unit_requires)),)
@@ -490,6 +504,10 @@ class TreePolicy(_Model):
             if any(fnmatch.fnmatchcase(n, pat) for n in inside for pat in requires):
                 return True
         return False
+
+    def is_unit_file(self, name: str) -> bool:
+        """Whether a file ``name`` right under the root is a unit on its own (``unit_files``)."""
+        return any(fnmatch.fnmatchcase(name, glob) for glob in self.unit_files)
 
     def manages(self, rel: str) -> bool:
         """Whether ``include`` and ``exclude`` leave path ``rel`` (relative to the root; for

@@ -174,8 +174,8 @@ WANTED = {
     "tree.path": 'a folder path in quotes, e.g. "{user_cache_dir}/pip"',
     "volumes.path": 'any path on the volume these numbers are for, e.g. "/mnt/data"',
     "role": '"cache", "scratch" or "report"',
-    "active_jobs": '"batchalign3"',
-    "units": '"file", "dir" or "hf_revision"',
+    "active_jobs": '"batchalign3" or "batchalign"',
+    "units": '"file", "dir", "hf_revision" or "lmdb"',
     "quota": _SIZE,
     "low_watermark": _SIZE,
     "floor": _SIZE,
@@ -195,6 +195,8 @@ WANTED = {
     "unit_requires": 'a list of file names in quotes, e.g. ["done"], or a table of them by '
     'folder glob, e.g. {"tmp*" = ["done"]}',
     "unit_requires[]": 'a file name in quotes, e.g. "done"',
+    "unit_files": 'a list of file-name globs in quotes, e.g. ["tmp*.wav"]',
+    "unit_files[]": 'a file-name glob in quotes, e.g. "tmp*.wav"',
     # In single quotes, as TOML wants a backslash written: '\.' in double quotes is an error.
     "group": "a regular expression with a group named key, e.g. '(?P<key>.+)\\.wav'",
     "lock": 'a lock file name in quotes, e.g. "{key}.lock"',

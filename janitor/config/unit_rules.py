@@ -1,6 +1,6 @@
 """What the policy layer knows of each kind of unit (``units = "file"``, ``"dir"``,
-``"hf_revision"``), as data: the key of a path, and the facts the policy's validation and
-admission ask of a kind.
+``"hf_revision"``, ``"lmdb"``), as data: the key of a path, and the facts the policy's
+validation and admission ask of a kind.
 
 The kinds themselves (grouping a scan into units, what a size walk tells of them, the rechecks
 before a delete, the delete) are :mod:`janitor.cleanup.kinds`, one object per kind, each built
@@ -111,6 +111,21 @@ def _no_problems(tree: PolicyTree) -> list[Problem]:
     return []
 
 
+def _lmdb_problems(tree: PolicyTree) -> list[Problem]:
+    """An LMDB environment goes whole, and only by its tree's own quota or max_age: the user
+    opts in with a cache tree (a report tree shows each environment as one unit); group and
+    lock name files, which an environment is not."""
+    problems = []
+    if tree.role == "scratch":
+        why = 'applies to role = "cache" (under a quota or max_age) or "report" only'
+        problems.append(Problem("units", why, "lmdb"))
+    for key, value in (("group", tree.group), ("lock", tree.lock)):
+        if value is not None:
+            why = 'does not apply to units = "lmdb" (a unit is a whole LMDB environment)'
+            problems.append(Problem(key, why, value))
+    return problems
+
+
 def _revision_problems(tree: PolicyTree) -> list[Problem]:
     """A cache of Hugging Face hub revisions is deleted through huggingface_hub's own cache
     API, so that package must be there (the ``hf`` extra); a unit is a whole revision."""
@@ -146,6 +161,10 @@ class UnitRules:
     own_keys: tuple[str, ...] = ()
     #: The kind's own checks of a tree's table.
     problems: Callable[[PolicyTree], list[Problem]] = _no_problems
+    #: For a kind of folders that says itself which folders are units (an LMDB environment is
+    #: one holding ``data.mdb``): each (folder glob, names of which one must be inside it), in
+    #: place of the tree's ``unit_glob``/``unit_requires``.
+    folder_rules: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 #: Each kind's rules by the name a policy gives it. ``janitor.cleanup.kinds.KINDS`` holds the
@@ -154,11 +173,24 @@ UNIT_RULES: Mapping[str, UnitRules] = MappingProxyType(
     {
         "file": UnitRules("file", file_key),
         "dir": UnitRules(
-            "dir", folder_key, folders=True, own_keys=("unit_requires", "active_jobs")
+            "dir",
+            folder_key,
+            folders=True,
+            own_keys=("unit_requires", "unit_files", "active_jobs"),
         ),
         # Only its quota evicts a revision: an offline machine cannot download a model again.
         "hf_revision": UnitRules(
             "hf_revision", revision_key, evicted_for_room=False, problems=_revision_problems
+        ),
+        # A folder holding data.mdb, removed whole or not at all, by its quota or max_age only:
+        # a result cache the user opted into trimming, never volume pressure's to take.
+        "lmdb": UnitRules(
+            "lmdb",
+            folder_key,
+            folders=True,
+            evicted_for_room=False,
+            problems=_lmdb_problems,
+            folder_rules=(("*", ("data.mdb",)),),
         ),
     }
 )

@@ -22,7 +22,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from janitor.daemon.api import Offload
+from janitor.daemon.thread_pool import ThreadPool
 
 __all__ = ["MetricsSource", "metrics_app"]
 
@@ -37,8 +37,8 @@ class MetricsSource(Protocol):
         ...
 
 
-def metrics_app(source: MetricsSource, offload: Offload, *, version: str) -> ASGIApp:
-    """The ASGI app: ``/metrics`` from ``source`` (read in ``offload``), ``/`` a pointer to it."""
+def metrics_app(source: MetricsSource, pool: ThreadPool, *, version: str) -> ASGIApp:
+    """The ASGI app: ``/metrics`` from ``source`` (read in ``pool``), ``/`` a pointer to it."""
     from prometheus_client import CONTENT_TYPE_LATEST
 
     landing = (
@@ -49,7 +49,7 @@ def metrics_app(source: MetricsSource, offload: Offload, *, version: str) -> ASG
 
     async def metrics(request: Request) -> Response:
         try:
-            text = await offload.run(source.metrics_text)
+            text = await pool.run(source.metrics_text)
         except Exception:
             log.exception("the metrics listener could not read the metrics")
             return PlainTextResponse("metrics unavailable; see the daemon's log\n", 500)

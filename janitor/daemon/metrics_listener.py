@@ -21,10 +21,10 @@ import threading
 from typing import Any
 
 from janitor.config.listen import ListenAddress
-from janitor.daemon.api import Offload
 from janitor.daemon.http_limits import ConnectionLimits, limits_for
 from janitor.daemon.http_thread import HttpPart
 from janitor.daemon.metrics_app import MetricsSource, metrics_app
+from janitor.daemon.thread_pool import ThreadPool
 from janitor.host.fdlimit import open_files
 
 __all__ = ["MetricsListener", "bind_listen"]
@@ -71,9 +71,9 @@ class MetricsListener(HttpPart):
             )
             return
         limits = self.limits = limits_for(open_files().soft)
-        offload = self._closes(Offload(max_workers=_WORKERS, name="janitor-metrics-worker"))
+        pool = self._closes(ThreadPool(max_workers=_WORKERS, name="janitor-metrics-worker"))
         self._serve(
-            metrics_app(self.source, offload, version=self.version),
+            metrics_app(self.source, pool, version=self.version),
             sockets,
             self._stop,
             name="janitor-metrics",

@@ -9,8 +9,10 @@ import threading
 from collections.abc import Callable
 
 from janitor.config.settings import Settings
-from janitor.daemon.api import DaemonView, Offload, serve_app
+from janitor.daemon.api import serve_app
 from janitor.daemon.http_thread import HttpPart
+from janitor.daemon.thread_pool import ThreadPool
+from janitor.daemon.view import DaemonView
 
 __all__ = ["ApiServer"]
 
@@ -41,9 +43,9 @@ class ApiServer(HttpPart):
     def start(self) -> None:
         """Bind the sockets and serve them; returns once uvicorn listens (10 s at most)."""
         self._bind()
-        offload = self._closes(Offload())
+        pool = self._closes(ThreadPool())
         self._serve(
-            serve_app(self.view, offload),
+            serve_app(self.view, pool),
             self._sockets,
             self._stop,
             name="janitor-api",

@@ -25,7 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from janitor.cleanup.delete import Report
+    from janitor.cleanup.apply import Report
     from janitor.cleanup.staging import StagingJobs
     from janitor.cleanup.sweep import SweepResult
 

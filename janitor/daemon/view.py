@@ -1,13 +1,13 @@
 """What the daemon shows: its state with every volume measured now, as JSON and as metrics.
 
-:class:`LiveView` is what the HTTP app is given (it fits ``janitor.daemon.api.DaemonView``), and
-what ``status.json`` is written from.
+:class:`DaemonView` is what the HTTP app uses of the running daemon (its routes read nothing
+else); :class:`LiveView` is the one it is given, and what ``status.json`` is written from.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -18,7 +18,40 @@ from janitor.daemon.metrics import DaemonState, render
 from janitor.daemon.space import SpaceKeeper
 from janitor.status import Status
 
-__all__ = ["LiveView"]
+__all__ = ["DaemonView", "LiveView"]
+
+
+class DaemonView(Protocol):
+    """What the app uses of the running daemon (:class:`LiveView`): its janitor, settings,
+    state and event bus, and its views measured now."""
+
+    @property
+    def janitor(self) -> Janitor: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def state(self) -> DaemonState: ...
+
+    @property
+    def bus(self) -> EventBus: ...
+
+    def refresh(self) -> Status:
+        """Measure every volume now; the status measured."""
+        ...
+
+    def snapshot(self, status: Status | None = None) -> dict[str, Any]:
+        """The daemon's published view (``status.json``)."""
+        ...
+
+    def metrics_text(self) -> bytes:
+        """The Prometheus exposition, measured now."""
+        ...
+
+    def space_report(self, max_age: float) -> dict[str, Any]:
+        """The last ``janitor space`` report, measured again if older than ``max_age`` s."""
+        ...
 
 
 class LiveView:

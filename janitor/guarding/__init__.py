@@ -1,10 +1,11 @@
 """A guarded command's call, decided: what it will write, where that lands, its admission as
 part of its job, and the verdict both front ends of the guard carry out.
 
-The guarded ffmpeg and ffprobe (:mod:`janitor.jobs.guard`, :mod:`janitor.jobs.probe_guard` and
-``native/guard.c``) hold none of this. Each sends its call as it got it (its arguments, folder
-and parent, and the variables that shape it: :mod:`.protocol`) to the daemon, or, with no
-daemon, hands the same call to this layer in its own process, and carries out the verdict.
+The guarded ffmpeg and ffprobe (:mod:`janitor.commands.guard`,
+:mod:`janitor.commands.probe_guard` and ``native/guard.c``) hold none of this. Each sends its
+call as it got it (its arguments, folder and parent, and the variables that shape it:
+:mod:`.protocol`) to the daemon, or, with no daemon, hands the same call to this layer in its
+own process, and carries out the verdict.
 The modules, in the order a call flows through them:
 
 - ``ffmpeg/``: what an ffmpeg command will write (the estimate; ``janitor estimate`` and

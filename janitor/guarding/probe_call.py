@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from janitor.error_statuses import status_of
 from janitor.guarding.verdict import Verdict, policy_mismatch
 from janitor.humanize import format_size
 
@@ -40,8 +41,10 @@ if TYPE_CHECKING:
 
 __all__ = ["FaNeed", "decide_probe", "fa_need", "probed_files"]
 
-#: batchalign3's forced-alignment cut, whose working set a probe of a cached WAV announces
-#: (BRIEF: "FA group PCM"); the window is only there to make it a cut.
+#: batchalign3's forced-alignment cut, whose working set a probe of a cached WAV announces: one
+#: group's PCM, ``ffmpeg -y -ss S -to E -i WAV -f f32le -acodec pcm_f32le -ar 16000 -ac 1
+#: .tmpXXXXXX/fa_v2/audio/fa-v2-audio-{ns}-{group}.pcm``; the window is only there to make it a
+#: cut.
 _FA_CUT = ("-f", "f32le", "-acodec", "pcm_f32le", "-ar", "16000", "-ac", "1")
 #: ffprobe's options whose value is a file it writes, never one it probes.
 _WRITES = frozenset({"-o"})
@@ -141,7 +144,8 @@ def decide_probe(
     for entry in entries:
         refused = _hopeless(jan, entry, tmpdir)
         if refused is not None:
-            return Verdict(507, {"action": "refuse", "say": refused, "log": f"refused: {refused}"})
+            body = {"action": "refuse", "say": refused, "log": f"refused: {refused}"}
+            return Verdict(status_of("refused"), body)
     caller = int(call.get("writer_pid") or call["owner_pid"])
     if defer is not None:
         defer(lambda: _mark(jan, entries, caller))

@@ -48,9 +48,12 @@ def cannot_wait(
 ) -> ReservationRefused | None:
     """Why waiting cannot make ``need`` bytes fit on ``device`` (NeverFits: more than the
     volume could ever give; WaitWontHelp: more than the work on it will give back), or None
-    when it may. The call's own pinned sources count for neither: they stay while it waits."""
+    when it may. The call's own pinned sources count for neither: they stay while it waits.
+    Free space the volume had within the call's wait bound and writers outside every
+    reservation took since counts for both (:func:`~janitor.admission.queue.came_back`): it
+    came and went, so it may come again while the call waits."""
     from janitor.admission.jobs import capacity
-    from janitor.admission.queue import will_come
+    from janitor.admission.queue import came_back, will_come
     from janitor.admission.volume import Volume
 
     vol = Volume.at(jan.policy, tree_named(jan, prep, refused.tree).path)
@@ -59,9 +62,10 @@ def cannot_wait(
         own = [tx.jobs.get(j) for j in set(prep.jobs.values())]
         kept = frozenset(s.source for j in own if j is not None for s in j.sources if s.pin)
         cap = capacity(tx, jan.policy, vol, kept=kept)
-        if need > cap.most:
+        swing = came_back(tx, device, refused.free, window_s=prep.request.wait_s)
+        if need > cap.most + swing:
             return NeverFits(whole, output=refused.output, capacity=cap.total, held=cap.held)
-        coming = will_come(tx, jan.policy, device, kept=kept).total
+        coming = will_come(tx, jan.policy, device, kept=kept).total + swing
     lacks = need - max(0, refused.free - refused.floor - refused.reserved)
     if lacks > coming:
         return WaitWontHelp(whole, output=refused.output, waited_s=refused.waited_s, coming=coming)

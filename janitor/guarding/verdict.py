@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from janitor.error_statuses import status_of
 from janitor.errors import ReservationRefused, SpaceRisk
 from janitor.guarding.lines import refusal_line, reserved_line, stopped_before_line, unguarded_line
 from janitor.guarding.request import CallRequest, call_options, plan
@@ -61,7 +62,7 @@ def policy_mismatch(expected: str | None, policy_path: str | None) -> Verdict | 
     if os.path.realpath(expected) == os.path.realpath(policy_path):
         return None
     message = f"the daemon runs policy {policy_path}, not {expected}"
-    return Verdict(409, {"error": "policy_mismatch", "message": message})
+    return Verdict(status_of("policy_mismatch"), {"error": "policy_mismatch", "message": message})
 
 
 def local_probe(cache_dir: str | None, ffmpeg_path: str) -> Probe:
@@ -77,12 +78,15 @@ def _exec(line: str | None) -> Verdict:
 
 
 def _refuse(exc: Exception) -> Verdict:
+    """A call refused for room (or stopped before it began: its volume at risk), answered
+    with the status of a refusal (:mod:`janitor.error_statuses`)."""
     if isinstance(exc, SpaceRisk):
         line = stopped_before_line(exc.reason)
-        return Verdict(507, {"action": "refuse", "say": line, "log": line})
+        return Verdict(status_of("refused"), {"action": "refuse", "say": line, "log": line})
     assert isinstance(exc, ReservationRefused)
     line = refusal_line(exc)
-    return Verdict(507, {"action": "refuse", "say": line, "log": f"refused: {line}"})
+    body = {"action": "refuse", "say": line, "log": f"refused: {line}"}
+    return Verdict(status_of("refused"), body)
 
 
 def _run(session: WriteSession, job: str | None, run: str | None, via: str) -> Verdict:

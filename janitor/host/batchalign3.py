@@ -29,6 +29,7 @@ __all__ = [
     "Health",
     "KnownPath",
     "ServerConfig",
+    "installed",
     "jobs_db",
     "known_paths",
     "local_server",
@@ -43,6 +44,22 @@ DEFAULT_PORT = 8000
 DEFAULT_JOB_TTL_DAYS = 7
 #: How long batchalign3's CLI waits for a local server's ``/health`` before running in direct mode.
 HEALTH_TIMEOUT_S = 0.5
+
+
+def installed(path_var: str | None = None) -> str | None:
+    """Where batchalign3 is installed: its executable on ``PATH``, else its package for this
+    Python (``importlib.metadata``); None when neither is there."""
+    import shutil
+
+    exe = shutil.which("batchalign3", path=path_var)
+    if exe is not None:
+        return exe
+    from importlib import metadata
+
+    try:
+        return f"batchalign3 {metadata.version('batchalign3')} (this Python)"
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def state_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -179,9 +196,12 @@ class KnownPath:
 
 
 def known_paths(env: Mapping[str, str] | None = None) -> tuple[KnownPath, ...]:
-    """Every folder of the pipeline's disk, resolved as the programs that fill it resolve it
-    (BRIEF, "batchalign3's other disk"), whether a policy manages it or not."""
+    """Every folder of the pipeline's disk, both generations' (batchalign3's and batchalign
+    0.10+'s; each below, with what fills it), resolved as the programs that fill it resolve
+    it, whether a policy manages it or not."""
     import platformdirs
+
+    from janitor.host import batchalign
 
     env = os.environ if env is None else env
     home = Path(env.get("HOME") or Path.home())
@@ -206,5 +226,15 @@ def known_paths(env: Mapping[str, str] | None = None) -> tuple[KnownPath, ...]:
             "analysis cache",
             Path(platformdirs.user_cache_dir("batchalign3", appauthor=False)),
             "cache.db (SQLite)",
+        ),
+        KnownPath(
+            "batchalign API workdir",
+            batchalign.api_workdir(env),
+            "batchalign 0.10+'s API daemon: uploads/, jobs/",
+        ),
+        KnownPath(
+            "batchalign result cache",
+            batchalign.cache_path(env).parent,
+            "batchalign 0.10+'s cache.lmdb (LMDB)",
         ),
     )

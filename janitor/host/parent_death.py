@@ -1,7 +1,7 @@
 """A child that dies with its parent: Linux's ``PR_SET_PDEATHSIG``, through libc's ``prctl``.
 
 A supervised command (``janitor exec``, the guarded ffmpeg, ``janitor run``) must not outlive
-the process that watches it (:mod:`janitor.jobs.supervise`). On Linux the kernel can see to it:
+the process that watches it (:mod:`janitor.commands.supervise`). On Linux the kernel can see to it:
 a child that calls ``prctl(PR_SET_PDEATHSIG, sig)`` after the fork is sent ``sig`` the moment
 the thread that forked it dies. macOS has no such call (and the portable mode does without it,
 as macOS does): there the sentinel alone stops the command.

@@ -66,7 +66,7 @@ extern char **environ;
 #define EXIT_REFUSED 75
 #define EXIT_NO_FFMPEG 127
 /* What every #define below says, Python says too, or it is this program's own: the watch's
- * (janitor.jobs.watch), the guard's (janitor.jobs.guard); tests/test_guard_native.py reads them. */
+ * (janitor.commands.watch), the guard's (janitor.commands.guard); tests/test_guard_native.py reads them. */
 #define POLL_MS 200
 #define MARGIN 0.05
 #define SLACK (256.0 * 1024.0)
@@ -79,14 +79,14 @@ extern char **environ;
 #define MAX_SIDECAR (256 << 10)
 #define LOG_ROTATE (1 << 20)
 #define FALLBACK_ENV "JANITOR_GUARD_FALLBACK"
-/* Set with it: the seconds the call had taken (janitor.jobs.guard.ELAPSED_ENV). A call's wait
+/* Set with it: the seconds the call had taken (janitor.commands.guard.ELAPSED_ENV). A call's wait
  * for room has one deadline, from our start, however it is handed on. */
 #define ELAPSED_ENV "JANITOR_GUARD_ELAPSED_S"
 /* How long past the call's deadline we still wait for the daemon's verdict on a queued call
- * (its last try at admission) before the Python guard decides (janitor.jobs.guard.WAIT_GRACE_S). */
+ * (its last try at admission) before the Python guard decides (janitor.commands.guard.WAIT_GRACE_S). */
 #define WAIT_GRACE_MS 2000
 
-/* ffmpeg's options that print something and exit (janitor.jobs.guard.INFO_OPTIONS). */
+/* ffmpeg's options that print something and exit (janitor.commands.guard.INFO_OPTIONS). */
 static const char *const INFO_OPTIONS[] = {
     "-L", "-h", "-?", "-help", "--help", "-version", "-buildconf", "-formats", "-muxers",
     "-demuxers", "-devices", "-codecs", "-decoders", "-encoders", "-bsfs", "-protocols",
@@ -297,7 +297,7 @@ static int same_file(const char *a, const char *b) {
 /* What this program stands for, by the name it was installed under: "ffmpeg" or "ffprobe". */
 static const char *g_name = "ffmpeg";
 
-/* janitor.jobs.guard.find_real, with the same one-line errors. */
+/* janitor.commands.guard.find_real, with the same one-line errors. */
 static char *find_real(const char *self, const char **error, struct buf *why) {
     const char *variable = strcmp(g_name, "ffprobe") == 0 ? "JANITOR_FFPROBE" : "JANITOR_FFMPEG";
     const char *chosen = getenv(variable);
@@ -741,7 +741,7 @@ static int below_floor(const struct held *h) {
     return (double)vs.f_bavail * (double)vs.f_frsize < h->floor;
 }
 
-/* Why a failed ffmpeg counts as stopped (janitor.jobs.watch, Watch.fell_below): it exited
+/* Why a failed ffmpeg counts as stopped (janitor.commands.watch, Watch.fell_below): it exited
  * with an error while an output's volume was below its floor, so writers outside every
  * reservation took the space it was promised. NULL otherwise. */
 static char *failed_below_floor(const struct held *w, int nw, int status) {
@@ -757,7 +757,7 @@ static char *failed_below_floor(const struct held *w, int nw, int status) {
 }
 
 /* Until ffmpeg ends: why it must stop (its output past the reservation, the reservation at
- * risk), else NULL; `status` is its wait status then. janitor.jobs.watch.Watch, in C. */
+ * risk), else NULL; `status` is its wait status then. janitor.commands.watch.Watch, in C. */
 static char *watch(pid_t pid, struct held *w, int nw, int *status, int *reaped) {
     int64_t checked = 0, tick = now_ms() + POLL_MS;
     for (;;) {

@@ -7,7 +7,9 @@ policies as data).
 - ``units = "dir"``: ``FOLDER``, :mod:`~janitor.cleanup.kinds.folder` (its removal:
   ``folder_removal``);
 - ``units = "hf_revision"``: ``HF_REVISION``, :mod:`~janitor.cleanup.kinds.hf_revision` (the
-  revisions of a scanned hub cache: ``hf_cache``; their removal: ``hf_delete``).
+  revisions of a scanned hub cache: ``hf_cache``; their removal: ``hf_delete``);
+- ``units = "lmdb"``: ``LMDB``, :mod:`~janitor.cleanup.kinds.lmdb` (an LMDB environment's
+  folder, whole or not at all).
 
 Each answers the same questions (:class:`~janitor.cleanup.kinds.base.UnitKind`): a path's key,
 a scan grouped into units, what a size walk tells of them, the rechecks before a delete, the
@@ -26,6 +28,7 @@ from janitor.cleanup.kinds.base import Glance, Site, UnitKind
 from janitor.cleanup.kinds.file import FILE
 from janitor.cleanup.kinds.folder import FOLDER
 from janitor.cleanup.kinds.hf_revision import HF_REVISION
+from janitor.cleanup.kinds.lmdb import LMDB
 
 if TYPE_CHECKING:
     from janitor.cleanup.scan import Snapshot
@@ -35,7 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["KINDS", "Glance", "Site", "UnitKind", "group_units", "kind_named", "kind_of"]
 
 #: Each kind by the name a policy gives it: the one place a tree's ``units`` is looked up.
-KINDS: Mapping[str, UnitKind] = MappingProxyType({k.name: k for k in (FILE, FOLDER, HF_REVISION)})
+KINDS: Mapping[str, UnitKind] = MappingProxyType(
+    {k.name: k for k in (FILE, FOLDER, HF_REVISION, LMDB)}
+)
 
 
 def kind_of(tree: TreePolicy) -> UnitKind:

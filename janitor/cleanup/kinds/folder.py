@@ -1,6 +1,8 @@
 """``units = "dir"``: each folder right under the root that matches a ``unit_glob`` (and holds
 an entry matching one of its ``unit_requires``) is a unit with everything inside it, like a
 job's ``.tmpXXXXXX`` folder; another program's folder beside them is not the tree's to judge.
+A file right under the root that one of the tree's ``unit_files`` globs names is a unit on its
+own (a Python tempfile's loose ``tmpXXXXXXXX.wav``).
 
 A unit's last use is the latest change of anything in it, its own folder included; it goes
 whole, checked first, then bottom up (:mod:`janitor.cleanup.kinds.folder_removal`), and a pin
@@ -53,14 +55,17 @@ class FolderKind(UnitKind):
         ]
         heads: dict[str, Entry] = {}
         members: dict[str, list[Entry]] = {}
+        loose: list[Entry] = []
         for e in g.snapshot.entries:
             head, sep, _ = e.rel.partition("/")
             if not sep:
                 if stat.S_ISDIR(e.mode) and any(rx.match(head) for rx, _ in rules):
                     heads[head] = e
+                elif stat.S_ISREG(e.mode) and g.tree.is_unit_file(head):
+                    loose.append(e)
                 continue
             members.setdefault(head, []).append(e)
-        units = []
+        units = [_file_unit(self.name, e, g) for e in loose if _selected(g, e.rel)]
         touches = g.touches
         for head, folder in heads.items():
             names = [e.rel[len(head) + 1 :] for e in members.get(head, ())]
@@ -69,9 +74,7 @@ class FolderKind(UnitKind):
                 rx.match(head) and (req is None or any(map(req.match, names))) for rx, req in rules
             ):
                 continue  # a .tmp* folder of some other program: not ours to judge
-            if g.include is not None and not g.include.match(head):
-                continue
-            if g.exclude is not None and g.exclude.match(head):
+            if not _selected(g, head):
                 continue
             inside = members.get(head, [])
             entries = (folder, *inside)
@@ -102,14 +105,18 @@ class FolderKind(UnitKind):
         return Glance(sum(size for _, size, _, _ in found), False, partial(_older, m, found))
 
     def usage(self, tree: TreePolicy) -> int:
-        """Its unit folders' trees, each measured whole."""
+        """Its unit folders' trees, each measured whole, and its loose unit files."""
         total = 0
         try:
             children = list(os.scandir(tree.path))
         except OSError:
             return 0
         for child in children:
-            if child.is_dir(follow_symlinks=False) and _is_unit(tree, Path(child.path)):
+            if child.is_dir(follow_symlinks=False):
+                unit = _is_unit(tree, Path(child.path))
+            else:
+                unit = child.is_file(follow_symlinks=False) and tree.is_unit_file(child.name)
+            if unit:
                 total += allocated_size(child.path)
         return total
 
@@ -118,8 +125,27 @@ class FolderKind(UnitKind):
         checks.check_pins(unit, unit.path)
 
     def delete(self, site: Site, unit: Unit) -> tuple[int, int]:
-        """The folder right under the root and all it holds."""
+        """The folder right under the root and all it holds; a loose unit file alone."""
+        head = unit.entries[0]
+        if len(unit.entries) == 1 and stat.S_ISREG(head.mode) and "/" not in head.rel:
+            site.checks.unlink_file(site.root_fd, head.rel, head)
+            return 1, head.size
         return remove_folder_unit(site.checks, site.root_fd, unit)
+
+
+def _selected(g: Grouping, name: str) -> bool:
+    """Whether the tree's include and exclude globs leave a unit's name to it."""
+    if g.include is not None and not g.include.match(name):
+        return False
+    return g.exclude is None or not g.exclude.match(name)
+
+
+def _file_unit(kind: str, e: Entry, g: Grouping) -> Unit:
+    """A loose file right under the root (``unit_files``) as a unit of its own: its last use
+    is its last change, or a touch recorded later."""
+    from janitor.cleanup.units import Unit
+
+    return Unit(e.rel, kind, e.path, (e,), e.size, max(e.mtime, g.touches.get(e.path, 0.0)))
 
 
 def _globs(patterns: tuple[str, ...]) -> re.Pattern[str] | None:
@@ -135,9 +161,12 @@ def _unit_folders(tree: TreePolicy, m: Measured) -> list[_UnitFolder]:
     return [
         (c.name, c.bytes, c.newest_mtime, c.linked)
         for c in m.children
-        if c.is_dir
-        and tree.manages(c.name)
-        and tree.is_unit_folder(c.name, _lister(os.path.join(root, c.name)))
+        if tree.manages(c.name)
+        and (
+            tree.is_unit_folder(c.name, _lister(os.path.join(root, c.name)))
+            if c.is_dir
+            else tree.is_unit_file(c.name)
+        )
     ]
 
 

@@ -5,12 +5,17 @@ new or changed means a job is still writing, and nothing of it is removed. Then 
 up (:func:`_remove_tree`), each file with the deleter's checks again right before its unlink
 (:meth:`janitor.cleanup.recheck.Rechecks.unlink_file`). Folders are entered one at a time by
 inode (``FolderChain``), never through a symlink, never onto another filesystem or mount.
+
+A folder whose files only work together (an LMDB environment: ``data.mdb`` with its
+``lock.mdb``) goes whole or not at all (:func:`remove_folder_whole`): checked, then renamed
+aside in one step, checked again, and only then emptied.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -22,7 +27,10 @@ from janitor.host.fdwalk import FolderChain, FolderChanged
 if TYPE_CHECKING:
     from janitor.cleanup.units import Unit
 
-__all__ = ["remove_folder_unit"]
+__all__ = ["remove_folder_unit", "remove_folder_whole"]
+
+#: Why a folder whose inode is some process's working directory is kept.
+_WORKS_IN = "a process works in it (its working directory)"
 
 
 def remove_folder_unit(checks: Rechecks, root_fd: int, unit: Unit) -> tuple[int, int]:
@@ -39,6 +47,8 @@ def remove_folder_unit(checks: Rechecks, root_fd: int, unit: Unit) -> tuple[int,
             raise Skip("replaced since the scan")
         if st.st_uid != checks.uid:
             raise Skip("owned by another user")
+        if checks.is_open((head.dev, head.ino)):
+            raise Skip(_WORKS_IN)
         # Verify the whole folder first: anything new or changed means a job is alive.
         _walk_verify(checks, unit_fd, unit.key, known)
         done = [0, 0]
@@ -58,6 +68,67 @@ def remove_folder_unit(checks: Rechecks, root_fd: int, unit: Unit) -> tuple[int,
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
             raise
     return removed, size
+
+
+def remove_folder_whole(checks: Rechecks, root_fd: int, unit: Unit) -> tuple[int, int]:
+    """Remove a folder right under the root whose files only work together (an LMDB
+    environment), whole or not at all, for any process that opens it by its path.
+
+    Every entry is checked (none new, changed, open or mapped); then the folder is renamed
+    aside (``.NAME.janitor-PID-XXXXXXXX``, one ``rename`` in the root: no one can open it by
+    its path from then on, and a newcomer makes a new one) and checked again, for a process
+    that opened it between the first check and the rename; found so, it is renamed back and
+    kept. Only then are its files removed. Skip before anything is removed; Partial, with what
+    is left of it aside (not at its path: no program uses it), when a removal fails after.
+    """
+    if "/" in unit.key or unit.key in ("", ".", ".."):
+        raise Skip("not a folder directly under the root")
+    head = unit.entries[0]
+    known = _Known(unit.entries)
+    unit_fd = checks.open_sub(root_fd, unit.key)
+    aside = f".{unit.key}.janitor-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        st = os.fstat(unit_fd)
+        if st.st_ino != head.ino:
+            raise Skip("replaced since the scan")
+        if st.st_uid != checks.uid:
+            raise Skip("owned by another user")
+        if checks.is_open((head.dev, head.ino)):
+            raise Skip(_WORKS_IN)
+        _walk_verify(checks, unit_fd, unit.key, known)
+        os.rename(unit.key, aside, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+        if os.stat(aside, dir_fd=root_fd, follow_symlinks=False).st_ino != head.ino:
+            _put_back(root_fd, aside, unit.key)  # swapped between the check and the rename
+            raise Skip("replaced since the scan")
+        try:
+            _walk_verify(checks, unit_fd, unit.key, known)
+        except Skip:
+            _put_back(root_fd, aside, unit.key)
+            raise
+        done = [0, 0]
+        try:
+            _remove_tree(checks, unit_fd, unit.key, known, done)
+        except Skip as exc:
+            raise Partial(done[0], done[1], f"{exc}; the rest is in {aside}") from None
+        removed, size = done
+    finally:
+        os.close(unit_fd)
+    try:
+        os.rmdir(aside, dir_fd=root_fd)
+        size += head.size
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+            raise
+    return removed, size
+
+
+def _put_back(root_fd: int, aside: str, name: str) -> None:
+    """Rename a folder set aside back to its name, unless a new one took the name meanwhile
+    (then it stays aside, whole: whoever has it open goes on with it)."""
+    try:
+        os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        os.rename(aside, name, src_dir_fd=root_fd, dst_dir_fd=root_fd)
 
 
 def _enter(chain: FolderChain, name: str, e: Entry) -> int:
@@ -97,6 +168,8 @@ def _walk_verify(checks: Rechecks, unit_fd: int, rel: str, known: _Known) -> Non
                 st = checks.verify(fd, name, e)
                 if not stat.S_ISDIR(st.st_mode):
                     raise Skip("replaced since the scan")
+                if checks.is_open((e.dev, e.ino)):
+                    raise Skip(_WORKS_IN)
                 todo.append(_names(_enter(chain, name, e)))
                 where = crel
             elif checks.is_open((e.dev, e.ino)):

@@ -21,7 +21,7 @@ every path the strategy names is checked here as the deleter checks any file:
 - no download into the repository holds one of huggingface_hub's lock files
   (``.locks/<repository>/*.lock``).
 
-The pins and the ledger's record come before, from the deleter (``janitor.cleanup.delete``).
+The pins and the ledger's record come before, from ``janitor.cleanup.apply``.
 What remains between the last check and the strategy's own removals (milliseconds) is a file
 made in the repository meanwhile by something that takes no lock: huggingface_hub's removal of
 a whole repository folder would take it too.

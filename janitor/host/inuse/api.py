@@ -41,8 +41,10 @@ class InUse(ABC):
 
     @abstractmethod
     def open_inodes(self, devices: set[int] | None = None) -> frozenset[tuple[int, int]]:
-        """``(dev, ino)`` of every file some process has open or mapped, on ``devices`` if
-        given (this process's ``DELETER_FDS`` left out)."""
+        """``(dev, ino)`` of every file some process has open or mapped, and of every folder
+        that is some process's working directory (a job's folder a process works in is in use
+        though it has nothing open there), on ``devices`` if given (this process's
+        ``DELETER_FDS`` left out)."""
 
     @abstractmethod
     def locked_inodes(self) -> frozenset[int] | None:

@@ -1,5 +1,6 @@
-"""Files in use, from Linux's ``/proc`` (every process's fds and maps, ``/proc/locks``) and write
-leases (``F_SETLEASE``), which the kernel grants only to a file nobody else has open."""
+"""Files in use, from Linux's ``/proc`` (every process's fds, maps and working directory,
+``/proc/locks``) and write leases (``F_SETLEASE``), which the kernel grants only to a file
+nobody else has open."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import errno
 import fcntl
 import os
 import signal
+import stat
 import threading
 
 from janitor.host.inuse.api import DELETER_FDS
@@ -96,11 +98,13 @@ class LinuxInUse(PortableInUse):
                 fds = []
             if pid == me:
                 fds = [fd for fd in fds if int(fd) not in DELETER_FDS]
-            for fd in fds:
+            for fd in [*(f"fd/{fd}" for fd in fds), "cwd"]:
                 try:
-                    st = os.stat(f"{base}/fd/{fd}")
+                    st = os.stat(f"{base}/{fd}")
                 except OSError:
                     continue
+                if pid == me and fd != "cwd" and stat.S_ISDIR(st.st_mode):
+                    continue  # the folders our own walks and deletes hold open
                 if devices is None or st.st_dev in devices:
                     found.add((st.st_dev, st.st_ino))
             try:

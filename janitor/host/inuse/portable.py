@@ -28,6 +28,10 @@ class PortableInUse(InUse):
                 paths += [m.path for m in proc.memory_maps(grouped=True) if m.path.startswith("/")]
             except (psutil.Error, OSError):
                 continue
+            try:
+                paths.append(proc.cwd())
+            except (psutil.Error, OSError):
+                pass  # its working directory unseen; its files still count
             for path in paths:
                 try:
                     st = os.stat(path)

@@ -6,7 +6,7 @@ on macOS), with the socket, cache and log folders resolved once here: the compil
 where the machine has a C compiler (``BIN/ffmpeg``, with the Python guard beside it as
 ``BIN/ffmpeg.guard``), else the Python guard's script as ``BIN/ffmpeg``, run by this interpreter
 with ``-I -S`` (no site import: a tenth of the guard's start-up); see
-:mod:`janitor.jobs.front_end`. Nothing of the user's is overwritten: a file of that name that is
+:mod:`janitor.commands.front_end`. Nothing of the user's is overwritten: a file of that name that is
 not one of our guards is refused, and uninstall removes only a guard.
 """
 
@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from janitor.config.settings import APP_NAME, Settings
-from janitor.errors import ConfigError
-from janitor.jobs.front_end import (
+from janitor.commands.front_end import (
     PROGRAMS,
     FrontEnd,
     choose,
@@ -31,8 +29,10 @@ from janitor.jobs.front_end import (
     script,
     write_layout,
 )
-from janitor.jobs.guard import GuardError, find_real, find_real_ffmpeg
-from janitor.jobs.guard import is_guard as _is_guard
+from janitor.commands.guard import GuardError, find_real, find_real_ffmpeg
+from janitor.commands.guard import is_guard as _is_guard
+from janitor.config.settings import APP_NAME, Settings
+from janitor.errors import ConfigError
 
 __all__ = [
     "ShimState",

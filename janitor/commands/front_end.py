@@ -27,10 +27,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from janitor.commands.guard import GUARD_MARK
 from janitor.config.paths import default_cache_dir, native_build_dir
 from janitor.config.settings import Settings
 from janitor.errors import ConfigError
-from janitor.jobs.guard import GUARD_MARK
 
 __all__ = [
     "FRONT_END_ENV",
@@ -56,8 +56,11 @@ NATIVE_DIR_ENV = "JANITOR_NATIVE_DIR"
 SIDECAR = "ffmpeg.guard"
 #: What each guarded program is, and the module of its Python front end.
 PROGRAMS = {
-    "ffmpeg": ("ffmpeg, with every big write reserved first", "janitor.jobs.guard"),
-    "ffprobe": ("ffprobe, marking the cache entries it probes in use", "janitor.jobs.probe_guard"),
+    "ffmpeg": ("ffmpeg, with every big write reserved first", "janitor.commands.guard"),
+    "ffprobe": (
+        "ffprobe, marking the cache entries it probes in use",
+        "janitor.commands.probe_guard",
+    ),
 }
 #: The line of each file saying which front end it is, and why.
 _FRONT_LINE = "# Front end: "

@@ -1,4 +1,4 @@
-"""``exec``, ``run``, ``estimate`` and the ``shim`` group: jobs that write, guarded."""
+"""``exec``, ``run``, ``estimate`` and the ``shim`` group: the CLI of :mod:`janitor.commands`."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from janitor.cli.common import (
 from janitor.errors import EXIT_BAD_INPUT, EXIT_PROBLEM, EXIT_TEMPFAIL, ConfigError
 
 if TYPE_CHECKING:
+    from janitor.commands.run import Preflight
+    from janitor.commands.run_daemon import RunDaemon
     from janitor.core import Janitor
-    from janitor.jobs.run import Preflight
-    from janitor.jobs.run_daemon import RunDaemon
 
 __all__ = ["estimate", "exec_", "run_", "shim_install", "shim_status", "shim_uninstall"]
 
@@ -64,8 +64,8 @@ def exec_(
     sent to janitor exec reach it.
     """
     lasting()
+    from janitor.commands.execute import run_guarded
     from janitor.errors import ReservationRefused
-    from janitor.jobs.execute import run_guarded
     from janitor.sizes import parse_duration
 
     try:
@@ -139,7 +139,7 @@ def run_(
             EXIT_BAD_INPUT,
         )
     lasting()
-    from janitor.jobs.run_daemon import run_daemon
+    from janitor.commands.run_daemon import run_daemon
 
     jan = open_janitor()
     _check_route(command, require_fit=require_fit)
@@ -160,8 +160,8 @@ def _run(
     keep: bool,
     daemon: RunDaemon,
 ) -> None:
+    from janitor.commands.run import preflight, run_command
     from janitor.humanize import plural
-    from janitor.jobs.run import preflight, run_command
     from janitor.sizes import format_size
 
     if daemon.notable:
@@ -217,7 +217,7 @@ def _run(
 def _check_route(command: list[str], *, require_fit: bool) -> None:
     """Say where a batchalign3 command's ffmpeg will run and whether the guard sees it; with
     --require-fit, refuse (75) a command whose writes no guard would reserve."""
-    from janitor.jobs.server import route
+    from janitor.commands.ffmpeg_route import route
 
     found = route(command)
     if found is None or (found.protected and not found.sure):
@@ -262,7 +262,7 @@ def estimate(
     as_json: JsonOpt = False,
 ) -> None:
     """Bytes the pipeline will write for MEDIA (WAV header included for wav16)."""
-    from janitor.jobs.estimate import estimate_media
+    from janitor.commands.estimate import estimate_media
     from janitor.sizes import format_duration, format_size
 
     if fmt not in ("wav16", "f32"):
@@ -301,7 +301,7 @@ def shim_install(
 ) -> None:
     """Put a guarded `ffmpeg` (and `ffprobe`) into a bin folder of ours; say how to put it
     first on PATH."""
-    from janitor.jobs.shim import default_bin_dir, install, path_snippets, state
+    from janitor.commands.shim import default_bin_dir, install, path_snippets, state
 
     if front_end not in (None, "auto", "compiled", "python"):
         raise ConfigError(f"--front-end {front_end}: use compiled, python or auto")
@@ -330,7 +330,7 @@ def shim_install(
 def shim_status(bin_dir: _ShimDirOpt = None, as_json: JsonOpt = False) -> None:
     """Is the guard installed, current, first on PATH, which front end is it, and which
     ffmpeg does it run? (exit 1 if it would not guard a call from this shell)."""
-    from janitor.jobs.shim import state
+    from janitor.commands.shim import state
 
     st = state(settings(), bin_dir)
     if as_json:
@@ -359,7 +359,7 @@ def shim_status(bin_dir: _ShimDirOpt = None, as_json: JsonOpt = False) -> None:
 
 def shim_uninstall(bin_dir: _ShimDirOpt = None, dry_run: DryRunOpt = False) -> None:
     """Remove the guarded ffmpeg (only a guard of ours is removed)."""
-    from janitor.jobs.shim import default_bin_dir, uninstall
+    from janitor.commands.shim import default_bin_dir, uninstall
 
     folder = bin_dir or default_bin_dir()
     removed = uninstall(folder, dry_run=dry_run)

@@ -1,14 +1,14 @@
-"""The executor: the only code in the janitor that removes files, carrying out a ``Plan``.
+"""A ``Plan`` carried out: the only way the janitor removes files.
 
-``apply`` re-checks every file right before removing it (same inode, size and mtime; owned by
-us; not pinned, locked or open now: ``janitor.cleanup.recheck``), removes it relative to an
-opened parent folder without following symlinks, never leaves the tree's filesystem, never
-removes the tree root (``janitor.cleanup.deleter``), and logs every unit it removed with its
-reason, before and after (``_Log``). Each unit goes as its kind removes it
-(``janitor.cleanup.kinds``): a Hugging Face hub revision (``units = "hf_revision"``) by
-huggingface_hub's own cache API, once the same checks passed on every path it would remove.
-A tree whose deletes mostly wait on the disk is finished by a few threads
-(``janitor.cleanup.pool``), each with every check.
+``apply`` records each batch in the ledger's log, before and after it goes (``_Log``: every
+unit removed, with its reason), and hands it to its tree's deleter (``janitor.cleanup.deleter``),
+which removes it relative to an opened parent folder without following symlinks, never leaves
+the tree's filesystem and never removes the tree root. Every file is re-checked right before it
+goes (same inode, size and mtime; owned by us; not pinned, locked or open now:
+``janitor.cleanup.recheck``). Each unit goes as its kind removes it (``janitor.cleanup.kinds``):
+a Hugging Face hub revision (``units = "hf_revision"``) by huggingface_hub's own cache API, once
+the same checks passed on every path it would remove. A tree whose deletes mostly wait on the
+disk is finished by a few threads (``janitor.cleanup.pool``), each with every check.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class VolumeDelta:
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """The executor's account: each unit's outcome and each volume's reclaimed space."""
+    """What ``apply`` did: each unit's outcome and each volume's reclaimed space."""
 
     outcomes: tuple[Outcome, ...]
     volumes: tuple[VolumeDelta, ...] = ()

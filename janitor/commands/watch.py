@@ -1,7 +1,7 @@
 """One watch of a running writer: its growth, its reservations' risk, the signals it is sent,
 and the exit code it leaves; for ``janitor exec`` and the Python guard.
 
-A :class:`Watch` starts the writer supervised (:mod:`janitor.jobs.supervise`: it never outlives
+A :class:`Watch` starts the writer supervised (:mod:`janitor.commands.supervise`: it never outlives
 us, and the signals we get reach it), keeps its reservations live for it (``cover``), and every
 :data:`POLL_S` looks at each output it holds to a reservation (:class:`Watched`):
 
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
 
-    from janitor.jobs.supervise import Supervised
+    from janitor.commands.supervise import Supervised
 
 __all__ = ["EXIT_STOPPED", "MARGIN", "POLL_S", "SLACK", "STOP_GRACE_S", "Ended", "Watch", "Watched"]
 
@@ -178,14 +178,14 @@ class Watch:
     def start(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> None:
         """Start ``argv``, the signals we get passed on to it from now. OSError (nothing
         started) when it cannot start."""
-        from janitor.jobs.supervise import Supervised, forward_signals
+        from janitor.commands.supervise import Supervised, forward_signals
 
         self._child, self._previous = forward_signals(lambda: Supervised(argv, env=env))
 
     def wait(self) -> Ended:
         """Watch the writer :meth:`start` started until it ends, stopping it if it must; our
         signal handlers are put back, and it never outlives the watch, whatever is raised."""
-        from janitor.jobs.supervise import restore_signals
+        from janitor.commands.supervise import restore_signals
 
         child = self._child
         stopped = None

@@ -7,7 +7,7 @@ covers the deficit) or the output outgrows the reservation by more than a margin
 cannot extend it), the command is stopped (SIGTERM, then SIGKILL after a grace period) and the
 result says why. Signals sent to `janitor exec` reach the command; the command never outlives
 it, and the reservation covers the command for as long as it runs: the one watch of a running
-writer the Python guard keeps too (janitor.jobs.watch).
+writer the Python guard keeps too (janitor.commands.watch).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from janitor.commands.watch import Watch, Watched
 from janitor.errors import ConfigError, ReservationRefused, SpaceRisk, UnknownReservation
 from janitor.host.space import allocated_size
-from janitor.jobs.watch import Watch, Watched
 from janitor.sizes import format_size
 
 if TYPE_CHECKING:

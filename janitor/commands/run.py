@@ -1,15 +1,16 @@
 """``janitor run``: a whole pipeline job with the guarded ffmpeg first on its PATH.
 
 Before: with ``--media``, a pre-flight of the bytes the job will write, as batchalign3 writes
-them (../shared/BRIEF.md): a media-cache WAV (16 kHz mono s16le, 32,000 B/s plus its header)
+them: a media-cache WAV (16 kHz mono s16le, 32,000 B/s plus its header)
 for each input that needs converting (``.mp4 .m4a .webm .wma``) and is not cached yet, plus
 each file's float32 PCM working set (its whole duration x 64,000 B/s: every alignment group's
 PCM stays until the file is done) for as many files as run at once, each to the byte as
-``janitor estimate`` says it (janitor.jobs.estimate). Printed beside each volume's headroom;
+``janitor estimate`` says it (janitor.commands.estimate). Printed beside each volume's headroom;
 ``--require-fit`` refuses (exit 75) before the command starts.
 
 During: the command runs with a guard script first on ``PATH`` (no install needed), its
-signals passed on, never outliving us; every ffmpeg call it makes is reserved (janitor.jobs.guard).
+signals passed on, never outliving us; every ffmpeg call it makes is reserved
+(janitor.commands.guard).
 
 After: what the run reserved and wrote, and the job temp folders that its guarded writes went
 to and that are still there once the command ended (a killed job's ``.tmpXXXXXX``), removed by
@@ -33,9 +34,9 @@ from janitor.errors import ConfigError
 from janitor.host.batchalign3 import media_cache_dir
 
 if TYPE_CHECKING:
+    from janitor.commands.run_daemon import RunDaemon
     from janitor.core import Janitor
     from janitor.guarding.ffmpeg import Probe
-    from janitor.jobs.run_daemon import RunDaemon
 
 __all__ = [
     "CONVERTED",
@@ -233,9 +234,9 @@ def _media_files(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
 
 
 def _plan_one(path: str, probe: Probe, cache: Path) -> MediaPlan:
-    """One input's costs, by the one estimator (janitor.jobs.estimate): its cache WAV when
+    """One input's costs, by the one estimator (janitor.commands.estimate): its cache WAV when
     batchalign3 converts it and it is not cached yet, and its whole float32 PCM."""
-    from janitor.jobs.estimate import Estimate, estimate_bytes
+    from janitor.commands.estimate import Estimate, estimate_bytes
 
     converts = os.path.splitext(path)[1].lower() in CONVERTED
     try:
@@ -405,11 +406,11 @@ def guard_dir(jan: Janitor) -> Path:
     """The folder of the guard ``janitor run`` puts first on its command's PATH, in our data
     folder and named by its files' hash (``~/.local/share/space-janitor/run/3f2a9c1b7d0e4a65``):
     the compiled front end where it builds (built once), else the Python one
-    (janitor.jobs.front_end); written once, shared by every run with the same settings, and
+    (janitor.commands.front_end); written once, shared by every run with the same settings, and
     never removed, so a process the command left running (a daemonized server) keeps a guard
     that works."""
-    from janitor.jobs.front_end import choose, layout, matches, write_layout
-    from janitor.jobs.shim import default_bin_dir
+    from janitor.commands.front_end import choose, layout, matches, write_layout
+    from janitor.commands.shim import default_bin_dir
 
     lay = layout(jan.settings, choose(jan.settings))
     folder = default_bin_dir().parent / "run" / lay.digest()
@@ -457,7 +458,7 @@ def run_command(
     """Run ``command`` with the guarded ffmpeg first on its PATH (its calls going to
     ``daemon``, stopped once the command ends); afterwards, sum up what its guarded writes
     reserved and wrote and remove the job folders that are its own."""
-    from janitor.jobs.supervise import Supervised, exit_code, forward_signals, restore_signals
+    from janitor.commands.supervise import Supervised, exit_code, forward_signals, restore_signals
 
     if not command:
         raise ConfigError("no command given; write it after `--`")

@@ -45,7 +45,7 @@ def process_ffmpeg(pid: int, platform: str = sys.platform) -> ProcessFfmpeg:
     ``/proc/PID/environ``; macOS: the kernel's copy, readable for the same user's processes)."""
     import psutil
 
-    from janitor.jobs.shim import first_ffmpeg, is_guard
+    from janitor.commands.shim import first_ffmpeg, is_guard
 
     how = (
         f"ps -wwE -p {pid} | tr ' ' '\\n' | grep ^PATH="
@@ -96,8 +96,10 @@ def listener_of(port: int) -> int | None:
 
 
 def is_batchalign(command: Sequence[str]) -> bool:
-    """True when ``command`` runs batchalign3's CLI itself (not a script that may call it)."""
-    return bool(command) and os.path.basename(command[0]).startswith("batchalign")
+    """True when ``command`` runs batchalign3's CLI itself (not a script that may call it).
+    ``batchalign`` itself is the second generation's (0.10 and later), which runs no ffmpeg."""
+    name = os.path.basename(command[0]) if command else ""
+    return name.startswith("batchalign") and name != "batchalign"
 
 
 @dataclass(frozen=True, slots=True)

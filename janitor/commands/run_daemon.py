@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from janitor.commands.supervise import Supervised
     from janitor.config.settings import Settings
-    from janitor.jobs.supervise import Supervised
 
 __all__ = ["READY_TIMEOUT_S", "RunDaemon", "daemon_status", "run_daemon"]
 
@@ -136,7 +136,7 @@ def run_daemon(settings: Settings, run_id: str, *, start: bool = True) -> RunDae
 
 
 def _start_own(settings: Settings, run_id: str, note: str) -> RunDaemon:
-    from janitor.jobs.supervise import Supervised
+    from janitor.commands.supervise import Supervised
 
     folder = settings.runtime_dir / f"run-{run_id}"
     try:
