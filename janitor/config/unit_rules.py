@@ -115,31 +115,34 @@ def _lmdb_problems(tree: PolicyTree) -> list[Problem]:
     """An LMDB environment goes whole, and only by its tree's own quota or max_age: the user
     opts in with a cache tree (a report tree shows each environment as one unit); group and
     lock name files, which an environment is not."""
-    problems = []
+    problems: list[Problem] = []
     if tree.role == "scratch":
         why = 'applies to role = "cache" (under a quota or max_age) or "report" only'
         problems.append(Problem("units", why, "lmdb"))
-    for key, value in (("group", tree.group), ("lock", tree.lock)):
-        if value is not None:
-            why = 'does not apply to units = "lmdb" (a unit is a whole LMDB environment)'
-            problems.append(Problem(key, why, value))
-    return problems
+    return problems + _whole_unit_problems(tree, "lmdb", "a whole LMDB environment")
 
 
 def _revision_problems(tree: PolicyTree) -> list[Problem]:
     """A cache of Hugging Face hub revisions is deleted through huggingface_hub's own cache
     API, so that package must be there (the ``hf`` extra); a unit is a whole revision."""
-    problems = []
+    problems: list[Problem] = []
     if tree.role != "cache":
         why = 'applies to role = "cache" only (with a quota: whole revisions are evicted)'
         problems.append(Problem("units", why, "hf_revision"))
     elif not hf_hub_installed():
         problems.append(Problem("units", HF_MISSING, "hf_revision"))
-    for key, value in (("group", tree.group), ("lock", tree.lock)):
-        if value is not None:
-            why = 'does not apply to units = "hf_revision" (a unit is a whole revision)'
-            problems.append(Problem(key, why, value))
-    return problems
+    return problems + _whole_unit_problems(tree, "hf_revision", "a whole revision")
+
+
+def _whole_unit_problems(tree: PolicyTree, units: str, unit: str) -> list[Problem]:
+    """``group`` and ``lock`` name files of a unit; a kind whose unit is whole (``unit``)
+    has neither."""
+    why = f'does not apply to units = "{units}" (a unit is {unit})'
+    return [
+        Problem(key, why, value)
+        for key, value in (("group", tree.group), ("lock", tree.lock))
+        if value is not None
+    ]
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ import os
 import secrets
 import stat
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from janitor.cleanup.recheck import Partial, Rechecks, Skip, close_held, why
@@ -33,9 +34,19 @@ __all__ = ["remove_folder_unit", "remove_folder_whole"]
 _WORKS_IN = "a process works in it (its working directory)"
 
 
-def remove_folder_unit(checks: Rechecks, root_fd: int, unit: Unit) -> tuple[int, int]:
-    """Remove a folder right under the root (``root_fd``) and all it holds; (files removed,
-    bytes), Skip before anything is removed, or Partial once something was."""
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    """A unit's folder opened (``fd``) and found as the scan saw it (``known``: its entries)."""
+
+    fd: int
+    known: _Known
+    head: Entry
+
+
+def _open_unchanged(checks: Rechecks, root_fd: int, unit: Unit) -> _Opened:
+    """Open the folder right under the root that is ``unit``, and check it whole before
+    anything of it goes: the same inode as scanned, ours, no process working in it, and
+    nothing in it new or changed (a job still writing). Skip otherwise, the folder closed."""
     if "/" in unit.key or unit.key in ("", ".", ".."):
         raise Skip("not a folder directly under the root")
     head = unit.entries[0]
@@ -49,24 +60,40 @@ def remove_folder_unit(checks: Rechecks, root_fd: int, unit: Unit) -> tuple[int,
             raise Skip("owned by another user")
         if checks.is_open((head.dev, head.ino)):
             raise Skip(_WORKS_IN)
-        # Verify the whole folder first: anything new or changed means a job is alive.
         _walk_verify(checks, unit_fd, unit.key, known)
-        done = [0, 0]
-        try:
-            _remove_tree(checks, unit_fd, unit.key, known, done)
-        except Skip as exc:
-            if done[0] or done[1]:
-                raise Partial(done[0], done[1], str(exc)) from None
-            raise
-        removed, size = done
-    finally:
+    except BaseException:
         os.close(unit_fd)
+        raise
+    return _Opened(unit_fd, known, head)
+
+
+def _rmdir_emptied(root_fd: int, name: str) -> bool:
+    """Remove the emptied folder ``name``; False when something is left in it (or it went)."""
     try:
-        os.rmdir(unit.key, dir_fd=root_fd)
-        size += head.size
+        os.rmdir(name, dir_fd=root_fd)
     except OSError as exc:
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
             raise
+        return False
+    return True
+
+
+def remove_folder_unit(checks: Rechecks, root_fd: int, unit: Unit) -> tuple[int, int]:
+    """Remove a folder right under the root (``root_fd``) and all it holds; (files removed,
+    bytes), Skip before anything is removed, or Partial once something was."""
+    opened = _open_unchanged(checks, root_fd, unit)
+    done = [0, 0]
+    try:
+        _remove_tree(checks, opened.fd, unit.key, opened.known, done)
+    except Skip as exc:
+        if done[0] or done[1]:
+            raise Partial(done[0], done[1], str(exc)) from None
+        raise
+    finally:
+        os.close(opened.fd)
+    removed, size = done
+    if _rmdir_emptied(root_fd, unit.key):
+        size += opened.head.size
     return removed, size
 
 
@@ -81,44 +108,28 @@ def remove_folder_whole(checks: Rechecks, root_fd: int, unit: Unit) -> tuple[int
     kept. Only then are its files removed. Skip before anything is removed; Partial, with what
     is left of it aside (not at its path: no program uses it), when a removal fails after.
     """
-    if "/" in unit.key or unit.key in ("", ".", ".."):
-        raise Skip("not a folder directly under the root")
-    head = unit.entries[0]
-    known = _Known(unit.entries)
-    unit_fd = checks.open_sub(root_fd, unit.key)
+    opened = _open_unchanged(checks, root_fd, unit)
     aside = f".{unit.key}.janitor-{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        st = os.fstat(unit_fd)
-        if st.st_ino != head.ino:
-            raise Skip("replaced since the scan")
-        if st.st_uid != checks.uid:
-            raise Skip("owned by another user")
-        if checks.is_open((head.dev, head.ino)):
-            raise Skip(_WORKS_IN)
-        _walk_verify(checks, unit_fd, unit.key, known)
         os.rename(unit.key, aside, src_dir_fd=root_fd, dst_dir_fd=root_fd)
-        if os.stat(aside, dir_fd=root_fd, follow_symlinks=False).st_ino != head.ino:
+        if os.stat(aside, dir_fd=root_fd, follow_symlinks=False).st_ino != opened.head.ino:
             _put_back(root_fd, aside, unit.key)  # swapped between the check and the rename
             raise Skip("replaced since the scan")
         try:
-            _walk_verify(checks, unit_fd, unit.key, known)
+            _walk_verify(checks, opened.fd, unit.key, opened.known)
         except Skip:
             _put_back(root_fd, aside, unit.key)
             raise
         done = [0, 0]
         try:
-            _remove_tree(checks, unit_fd, unit.key, known, done)
+            _remove_tree(checks, opened.fd, unit.key, opened.known, done)
         except Skip as exc:
             raise Partial(done[0], done[1], f"{exc}; the rest is in {aside}") from None
         removed, size = done
     finally:
-        os.close(unit_fd)
-    try:
-        os.rmdir(aside, dir_fd=root_fd)
-        size += head.size
-    except OSError as exc:
-        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
-            raise
+        os.close(opened.fd)
+    if _rmdir_emptied(root_fd, aside):
+        size += opened.head.size
     return removed, size
 
 
