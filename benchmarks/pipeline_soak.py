@@ -256,13 +256,19 @@ class Worker:
                     windows.append(ns + 1 + g)  # the Whisper fallback: cut again
                 for space in windows:
                     st = os.stat(wav) if os.path.exists(wav) else None
-                    if st is None or st.st_ino != ino:
+                    if st is not None and st.st_ino != ino:
+                        # The pipeline's own race, not a deletion: its converter unlocks before
+                        # it renames, so a second converter may convert again and rename over
+                        # the WAV (the same bytes); the next cut reads the new one by its path.
+                        ino = st.st_ino
+                        rec["replaced"] = rec.get("replaced", 0) + 1
+                    if st is None:
                         # Before its first cut the WAV was only awaiting use (probed), or, its
                         # probe refused (the file can never fit), not even that.
                         kind = "input" if rec["cuts"] else "awaiting"
                         if not rec["cuts"] and rec["probe"] == 75:
                             kind = "probe-refused"
-                        raise Failed(kind, f"{wav} deleted or replaced under the job")
+                        raise Failed(kind, f"{wav} deleted under the job")
                     pcm = os.path.join(audio, f"fa-v2-audio-{space}-{g}.pcm")
                     self.state(phase="fa", folder=job, cuts=rec["cuts"])
                     try:
@@ -725,6 +731,10 @@ def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
             f"{len(by['input'])} + {len(by['awaiting'])}",
             target="0",
             verdict=verdict(not by["input"] and not by["awaiting"]),
+        ),
+        Row(
+            "  WAVs renamed over by the pipeline's own second conversion (not deleted)",
+            str(sum(x.get("replaced", 0) for x in recs)),
         ),
         Row(
             "  cache hits evicted before their probe (nothing held them)",
