@@ -26,7 +26,10 @@ import pytest
 from janitor import Janitor, SpaceRisk
 from janitor.admission.risk import Claim, choose_at_risk, stop_deficit
 from tests._daemon_helpers import daemon_setup, eventually, free_of, running_daemon, write_bytes
-from tests.conftest import JANITOR_BIN, Holder, MiB, Volume
+from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.holder import Holder
+from tests._fixtures.space import MiB
+from tests._fixtures.volumes import Volume
 
 MakeVolume = Callable[..., Volume]
 HolderFor = Callable[[Path, str, int], Holder]

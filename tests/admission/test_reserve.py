@@ -28,7 +28,9 @@ import pytest
 from janitor import Janitor
 from janitor.errors import ConfigError, JanitorError, ReservationRefused, UnknownReservation
 from janitor.host.space import allocated_size
-from tests.conftest import Holder, MiB, Volume, free_of
+from tests._fixtures.holder import Holder
+from tests._fixtures.space import MiB, free_of
+from tests._fixtures.volumes import Volume
 
 MakeVolume = Callable[..., Volume]
 Fill = Callable[..., Path]

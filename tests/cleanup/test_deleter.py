@@ -33,7 +33,7 @@ from tests._enforce_helpers import (
     scratch_tree,
     set_age,
 )
-from tests.conftest import JanFor
+from tests.cleanup.conftest import JanFor
 
 
 def _cache(jan_for: JanFor, root: Path, **keys: Any) -> Janitor:

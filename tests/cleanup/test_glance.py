@@ -24,7 +24,7 @@ from janitor.config.settings import shipped_policy_path
 from janitor.host.batchalign3 import known_paths
 from janitor.host.sizewalk import SizeWalk
 from janitor.usage import TreeSpec, plan_folders, tree_specs
-from tests.conftest import JanFor
+from tests.cleanup.conftest import JanFor
 
 DAY = 86400.0
 

@@ -31,7 +31,7 @@ from tests._enforce_helpers import (
     run_janitor,
     scratch_tree,
 )
-from tests.conftest import JanFor
+from tests.cleanup.conftest import JanFor
 
 
 def _deleted_paths(jan: Janitor, reason: str | None = None) -> list[str]:

@@ -24,7 +24,7 @@ from janitor.cleanup.world import World, plan_world
 from janitor.config.policy import TreePolicy
 from janitor.ledger.db import Ledger
 from tests._enforce_helpers import KiB, cache_tree, fp, make_entry
-from tests.conftest import JanFor
+from tests.cleanup.conftest import JanFor
 
 DAY = 86400.0
 

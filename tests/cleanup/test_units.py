@@ -17,7 +17,7 @@ from janitor.cleanup.units import Unit, UnitTable
 from janitor.config.policy import Policy, TreePolicy, load_policy
 from janitor.config.settings import shipped_policy_path
 from tests._enforce_helpers import DAY, HOUR, KiB, allocated, fp, make_file, make_job, set_age
-from tests.conftest import JanitorEnv
+from tests._fixtures.env import JanitorEnv
 
 
 @pytest.fixture

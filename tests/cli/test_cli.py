@@ -19,15 +19,11 @@ from typing import Any
 import pytest
 
 from janitor.config.settings import shipped_policy_path
-from tests.conftest import (
-    JANITOR_BIN,
-    SHIPPED_TREES,
-    JanitorEnv,
-    MiB,
-    Volume,
-    free_of,
-    one_line_error,
-)
+from tests._fixtures.console import JANITOR_BIN, one_line_error
+from tests._fixtures.env import JanitorEnv
+from tests._fixtures.policies import SHIPPED_TREES
+from tests._fixtures.space import MiB, free_of
+from tests._fixtures.volumes import Volume
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 MakeVolume = Callable[..., Volume]

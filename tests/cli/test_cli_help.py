@@ -25,7 +25,8 @@ import typer
 from janitor.cli.app import app
 from janitor.cli.argv import hoist
 from janitor.cli.labels import LABELS, finish_help, label, walk
-from tests.conftest import JanitorEnv, one_line_error
+from tests._fixtures.console import one_line_error
+from tests._fixtures.env import JanitorEnv
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 README = Path(__file__).resolve().parents[2] / "README.md"

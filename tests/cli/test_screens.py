@@ -36,7 +36,8 @@ from janitor.cli.view import BATCHALIGN_EXTRA, render_checks, render_preflight, 
 from janitor.doctor import Check
 from janitor.jobs.run import MediaPlan, Preflight, VolumeNeed
 from tests._enforce_helpers import DAY, KiB, make_entry, make_job, scratch_tree
-from tests.conftest import JANITOR_BIN, REAL_FFMPEG
+from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.pipeline import REAL_FFMPEG
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 

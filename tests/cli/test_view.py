@@ -28,7 +28,8 @@ from janitor import Janitor
 from janitor.cli.view import bar, render_status, sparkline
 from janitor.sizes import format_duration, format_size, parse_duration
 from janitor.status import Status
-from tests.conftest import JANITOR_BIN, raw_sql
+from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.ledger import raw_sql
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -18,7 +18,9 @@ from janitor import Janitor
 from janitor.config.policy import MAX_PROBLEMS_SHOWN, load_policy
 from janitor.config.settings import shipped_policy_path
 from janitor.errors import ConfigError, PolicyError, UnknownTree
-from tests.conftest import SHIPPED_TREES, JanitorEnv, MiB, total_of
+from tests._fixtures.env import JanitorEnv
+from tests._fixtures.policies import SHIPPED_TREES
+from tests._fixtures.space import MiB, total_of
 
 linux_only = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="XDG placeholders are Linux's layout"

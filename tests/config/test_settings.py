@@ -10,7 +10,8 @@ import pytest
 
 from janitor.config.settings import Settings, default_config_path, shipped_policy_path
 from janitor.errors import ConfigError
-from tests.conftest import JanitorEnv, one_line_error
+from tests._fixtures.console import one_line_error
+from tests._fixtures.env import JanitorEnv
 
 
 def _config(path: Path, **values: object) -> Path:

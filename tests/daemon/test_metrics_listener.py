@@ -38,7 +38,7 @@ from tests._daemon_helpers import (
     running_daemon,
     write_bytes,
 )
-from tests.conftest import one_line_error
+from tests._fixtures.console import one_line_error
 
 from .test_grafana_dashboard import DASHBOARD, dashboard_exprs, substituted
 from .test_prometheus_rules import ALERTS, EXPECTED_ALERTS

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from janitor.host.owner import choose_owner
-from tests.conftest import JANITOR_BIN, Volume
+from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.volumes import Volume
 
 MakeVolume = Callable[..., Volume]
 

@@ -20,7 +20,7 @@ import pytest
 from janitor.errors import ConfigError
 from janitor.guarding.ffmpeg import wav_header_bytes
 from janitor.jobs.estimate import WAV_HEADER_BYTES, pcm_bytes
-from tests.conftest import JANITOR_BIN, one_line_error
+from tests._fixtures.console import JANITOR_BIN, one_line_error
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 

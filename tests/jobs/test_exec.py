@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import JANITOR_BIN, MiB, Volume, one_line_error
+from tests._fixtures.console import JANITOR_BIN, one_line_error
+from tests._fixtures.space import MiB
+from tests._fixtures.volumes import Volume
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 MakeVolume = Callable[..., Volume]

@@ -25,16 +25,9 @@ import psutil
 import pytest
 
 from tests._daemon_helpers import daemon_setup, eventually, running_daemon
-from tests.conftest import (
-    JANITOR_BIN,
-    PCM_RATE,
-    REAL_FFMPEG,
-    SIM,
-    MiB,
-    Pipeline,
-    fill_file,
-    free_of,
-)
+from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.pipeline import PCM_RATE, REAL_FFMPEG, SIM, Pipeline
+from tests._fixtures.space import MiB, fill_file, free_of
 from tests.scenarios.test_e2e_ffmpeg import FreeSampler
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.conftest import Pipeline
+from tests._fixtures.pipeline import Pipeline
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 

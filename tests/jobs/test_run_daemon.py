@@ -22,7 +22,7 @@ import pytest
 
 from janitor.config.settings import Settings
 from tests._daemon_helpers import JANITOR_BIN, eventually
-from tests.conftest import Pipeline
+from tests._fixtures.pipeline import Pipeline
 
 pytestmark = pytest.mark.usefixtures("front_end")  # both front ends of the guard
 

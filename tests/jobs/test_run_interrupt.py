@@ -23,7 +23,7 @@ import pytest
 
 from janitor.humanize import format_size
 from tests._daemon_helpers import JANITOR_BIN
-from tests.conftest import Pipeline
+from tests._fixtures.pipeline import Pipeline
 
 pytestmark = pytest.mark.usefixtures("front_end")  # both front ends of the guard
 

@@ -24,7 +24,7 @@ import pytest
 
 from janitor.host import batchalign3
 from janitor.ledger.foreign import unfinished_jobs
-from tests.conftest import one_line_error
+from tests._fixtures.console import one_line_error
 
 pytestmark = pytest.mark.usefixtures("front_end")  # both front ends of the guard
 

@@ -23,7 +23,8 @@ import pytest
 
 from janitor import Janitor
 from janitor.host.fastpaths import PORTABLE
-from tests.conftest import JANITOR_BIN, Volume
+from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.volumes import Volume
 
 PY = sys.executable
 MakeVolume = Callable[..., Volume]

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from tests._daemon_helpers import daemon_setup, running_daemon
-from tests.conftest import free_of, one_line_error
+from tests._fixtures.console import one_line_error
+from tests._fixtures.space import free_of
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 

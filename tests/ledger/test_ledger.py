@@ -21,7 +21,8 @@ import pytest
 from janitor import Janitor
 from janitor.errors import LedgerError
 from janitor.ledger.db import SCHEMA_VERSION, Ledger
-from tests.conftest import JanitorEnv, raw_sql
+from tests._fixtures.env import JanitorEnv
+from tests._fixtures.ledger import raw_sql
 
 #: The schema-1 tables that changed, as schema 1 created them.
 _V1 = """

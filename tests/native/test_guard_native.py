@@ -34,7 +34,8 @@ from janitor.guarding import mark, protocol
 from janitor.host.fastpaths import PORTABLE
 from janitor.jobs import guard, probe_guard, supervise, watch
 from tests._daemon_helpers import eventually, socket_answers
-from tests.conftest import JANITOR_BIN, PCM_RATE, REAL_FFMPEG, Pipeline
+from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.pipeline import PCM_RATE, REAL_FFMPEG, Pipeline
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from tests._daemon_helpers import eventually, running_daemon
-from tests.conftest import PCM_RATE, REAL_FFMPEG, MiB, fill_file, free_of
+from tests._fixtures.pipeline import PCM_RATE, REAL_FFMPEG
+from tests._fixtures.space import MiB, fill_file, free_of
 
 from .test_jobs import Site, cuts_of, finish, site
 

@@ -31,7 +31,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import JANITOR_BIN, MiB, free_of, one_line_error
+from tests._fixtures.console import JANITOR_BIN, one_line_error
+from tests._fixtures.space import MiB, free_of
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 Mount = Callable[..., Path]

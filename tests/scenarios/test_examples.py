@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from tests._daemon_helpers import daemon_setup, running_daemon
-from tests.conftest import JANITOR_BIN, MiB, one_line_error
+from tests._fixtures.console import JANITOR_BIN, one_line_error
+from tests._fixtures.space import MiB
 
 Mount = Callable[..., Path]
 

@@ -27,7 +27,9 @@ import psutil
 import pytest
 
 from tests._daemon_helpers import DaemonSetup, daemon_setup, eventually, running_daemon
-from tests.conftest import JANITOR_BIN, PCM_RATE, MiB, Pipeline, fill_file, free_of, sim_command
+from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.pipeline import PCM_RATE, Pipeline, sim_command
+from tests._fixtures.space import MiB, fill_file, free_of
 from tests.jobs.test_guard import log_of, report_of
 
 pytestmark = [

@@ -17,7 +17,8 @@ import pytest
 
 from janitor.humanize import plural
 from tests._daemon_helpers import daemon_setup, running_daemon
-from tests.conftest import JANITOR_BIN, MiB, fill_file, one_line_error
+from tests._fixtures.console import JANITOR_BIN, one_line_error
+from tests._fixtures.space import MiB, fill_file
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 

@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from tests._daemon_helpers import eventually, running_daemon
-from tests.conftest import PCM_RATE, MiB, fill_file, free_of
+from tests._fixtures.pipeline import PCM_RATE
+from tests._fixtures.space import MiB, fill_file, free_of
 
 from .test_jobs import JOB_TREE, Lib, Site, cuts_of, finish, site
 
