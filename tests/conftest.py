@@ -30,6 +30,12 @@ Fixtures (function scoped unless said), by module of ``tests/_fixtures/``:
               ``pipeline("64m") -> Pipeline``: batchalign3's two trees on a tmpfs.
 """
 
+import pytest
+
+# Assertions in the fixture modules read as pytest's, though this module imports some of them
+# below before pytest loads them as plugins.
+pytest.register_assert_rewrite("tests._fixtures")
+
 pytest_plugins = [
     "tests._fixtures.env",
     "tests._fixtures.mounts",
