@@ -8,7 +8,9 @@ nothing touches the real home folder; subprocesses inherit it through ``os.envir
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,8 +52,14 @@ def native_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def janitor_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_dir: Path) -> JanitorEnv:
+def janitor_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_dir: Path
+) -> Iterator[JanitorEnv]:
     """Point HOME, XDG_*, TMPDIR and JANITOR_STATE_DIR into ``tmp_path/env``; unset the rest.
+
+    ``XDG_RUNTIME_DIR`` is a short folder of its own under /tmp instead (removed at the end),
+    as a real one is short (``/run/user/UID``): the daemon's socket must fit a Unix socket's
+    path (108 bytes), and a parallel worker's ``tmp_path`` is longer than a serial run's.
 
     The state dir is a plain folder on tmp_path's filesystem, never on a tmpfs under test, so
     the ledger's own writes never change a tested volume's free space. ``JANITOR_CONFIG``,
@@ -69,11 +77,10 @@ def janitor_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_dir: Pat
         data_home=root / "xdg" / "data",
         state_home=root / "xdg" / "state",
         cache_home=root / "xdg" / "cache",
-        runtime_dir=root / "xdg" / "runtime",
+        runtime_dir=Path(tempfile.mkdtemp(prefix="jr-", dir="/tmp")),
     )
     for folder in (env.home, env.tmp, env.config_home, env.data_home, env.cache_home):
         folder.mkdir(parents=True)
-    env.runtime_dir.mkdir(parents=True, mode=0o700)
     for name in list(os.environ):
         if name.startswith("JANITOR_"):
             monkeypatch.delenv(name)
@@ -89,7 +96,8 @@ def janitor_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_dir: Pat
     monkeypatch.setenv("JANITOR_STATE_DIR", str(env.state_dir))
     monkeypatch.setenv("JANITOR_NATIVE_DIR", str(native_dir))
     monkeypatch.setattr(tempfile, "tempdir", None)
-    return env
+    yield env
+    shutil.rmtree(env.runtime_dir, ignore_errors=True)
 
 
 @pytest.fixture(params=["compiled", "python"])

@@ -253,8 +253,11 @@ SLOW_WRITER = textwrap.dedent(
     import os, sys, time
     out, total, marker = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     block = b"x" * 65536
+    blocks = total // len(block)
     with open(out, "wb") as fh:
-        for _ in range(total // len(block)):
+        for i in range(blocks):
+            while i == blocks - 1 and os.path.exists(marker):
+                time.sleep(0.02)  # the last block waits for the marker to go: still writing
             fh.write(block)
             fh.flush()
             os.fsync(fh.fileno())
@@ -269,7 +272,7 @@ def test_exec_stops_the_job_that_covers_the_deficit_and_lets_the_other_finish(
 ) -> None:
     script = tmp_path / "w.py"
     script.write_text(SLOW_WRITER)
-    slow = tmp_path / "slow"  # while it exists, writers pause between blocks
+    slow = tmp_path / "slow"  # while it exists, writers pause, and hold their last block
     slow.touch()
 
     def start(name: str, size: int) -> subprocess.Popen[str]:

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -275,6 +276,15 @@ def _has_ipv6_loopback() -> bool:
     return True
 
 
+def samples_recorded(setup: DaemonSetup) -> int:
+    """How many free-space samples the daemon has recorded in its ledger."""
+    con = sqlite3.connect(f"file:{setup.ledger}?mode=ro", uri=True)
+    try:
+        return int(con.execute("SELECT count(*) FROM samples").fetchone()[0])
+    finally:
+        con.close()
+
+
 def test_a_port_in_use_is_one_error_line_and_the_daemon_runs_on(tmp_path: Path) -> None:
     """As node_exporter would not, the daemon keeps serving its socket (the jobs on the machine
     need it more than Prometheus does) and says why in one line; an unwritable textfile is
@@ -296,7 +306,10 @@ def test_a_port_in_use_is_one_error_line_and_the_daemon_runs_on(tmp_path: Path) 
                     c.post("/v1/reservations", json={"tree": "cache", "bytes": 1}).status_code
                     == 201
                 )
-            time.sleep(1.5)  # several samples (0.25 s apart), each trying the textfile
+            # Several samples (0.25 s apart), each trying the textfile: a sample records its
+            # row before it writes the textfile, so four more rows, three more tries at least.
+            first = samples_recorded(setup)
+            eventually(lambda: samples_recorded(setup) >= first + 4, what="four more samples")
             assert d.proc.poll() is None
             assert d.stop() == 0
             log = setup.log_file.read_text()

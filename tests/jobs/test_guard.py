@@ -595,9 +595,13 @@ def test_signals_reach_ffmpeg_and_the_exit_is_ffmpegs(guard: Path, wav_on_volume
         codes.append(proc.returncode)
         (folder / "out.pcm").unlink(missing_ok=True)
     assert codes[0] == codes[1], codes  # ffmpeg handles SIGTERM and exits 255; so does the guard
-    assert not [
-        p for p in psutil.process_iter(["cmdline"]) if "out.pcm" in (p.info["cmdline"] or [])
+    # This test's out.pcm (its cwd): other tests, run in parallel, write one too.
+    left = [
+        p
+        for p in psutil.process_iter(["cmdline", "cwd"])
+        if "out.pcm" in (p.info["cmdline"] or []) and p.info["cwd"] == str(folder)
     ]
+    assert not left
 
 
 # -- finding the real ffmpeg --------------------------------------------------------------------
@@ -762,10 +766,14 @@ def test_shim_uninstall_refuses_a_file_that_is_not_the_guard(run_cli: Cli, tmp_p
 
 @pytest.fixture(autouse=True)
 def _no_stray_ffmpeg() -> Iterator[None]:
-    """No ffmpeg started by a test outlives it (the guard never leaves one behind)."""
+    """No ffmpeg started by a test outlives it (the guard never leaves one behind). Only this
+    test's are judged, by the isolated HOME they inherit: tests run in parallel start theirs."""
+    home = os.environ["HOME"]
     yield
-    for proc in psutil.process_iter(["name", "ppid"]):
+    for proc in psutil.process_iter(["name", "ppid", "environ"]):
         if proc.info["name"] == "ffmpeg" and proc.info["ppid"] == 1:
+            if (proc.info["environ"] or {}).get("HOME") != home:
+                continue
             proc.kill()
             pytest.fail(f"an ffmpeg outlived its test: pid {proc.pid}")
 

@@ -551,12 +551,19 @@ def test_an_output_that_outgrows_its_reservation_is_stopped_and_removed(
 
 
 def _children(pid: int) -> tuple[psutil.Process, psutil.Process | None]:
-    """ffmpeg (the real one) and the sentinel, children of the guard ``pid``."""
+    """ffmpeg (the real one) and the sentinel, children of the guard ``pid``, once the sentinel
+    has named itself (a fork of the guard, it is named as the guard until it does)."""
+
+    def named(proc: psutil.Process) -> bool:
+        try:
+            return proc.name().startswith("janitor-sentin")
+        except psutil.NoSuchProcess:
+            return False
 
     def find() -> tuple[psutil.Process, psutil.Process | None] | None:
         kids = psutil.Process(pid).children()
         ff = [k for k in kids if k.exe() == os.path.realpath(REAL_FFMPEG)]
-        sentinel = [k for k in kids if k not in ff]
+        sentinel = [k for k in kids if k not in ff and named(k)]
         return (ff[0], sentinel[0] if sentinel else None) if ff and sentinel else None
 
     found: tuple[psutil.Process, psutil.Process | None] = eventually(
