@@ -347,14 +347,12 @@ def test_a_cached_wav_a_job_keeps_cutting_from_is_never_evicted(
     os.utime(old, (time.time() - 86400, time.time() - 86400))
     src = m4a(120)
     report = tmp_path / "report.jsonl"
+    held = tmp_path / "held"  # the job goes on (after its last cut) while this exists
+    held.touch()
     # 8 group cuts with 1 s of "compute" between them: longer than min_age, not open between cuts
+    sim = p.sim("--groups", "8", "--group-s", "5", "--pause-s", "1.0", "--report", report)
     run = subprocess.Popen(
-        [
-            str(JANITOR_BIN),
-            "run",
-            "--",
-            *p.sim("--groups", "8", "--group-s", "5", "--pause-s", "1.0", "--report", report, src),
-        ],
+        [str(JANITOR_BIN), "run", "--", *sim, "--hold-while", str(held), str(src)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -380,9 +378,17 @@ def test_a_cached_wav_a_job_keeps_cutting_from_is_never_evicted(
         inode.append(wav[0].stat().st_ino)
         presser = threading.Thread(target=press, daemon=True)
         presser.start()
-        out, err = run.communicate(timeout=120)
+        # Pressed until the last cut, while the job still runs: a sweep after the job ended
+        # may evict its WAV, rightly, and one in flight then would race the job's end.
+        eventually(
+            lambda: len([w for w in report_of(report) if "fa_v2" in w["path"]]) >= 8,
+            timeout=120,
+            what="the job's last cut",
+        )
         stop.set()
         presser.join(60)
+        held.unlink()
+        out, err = run.communicate(timeout=120)
     finally:
         stop.set()
         if run.poll() is None:
