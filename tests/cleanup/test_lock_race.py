@@ -30,11 +30,11 @@ from tests._enforce_helpers import cache_tree, fp
 #: already there) or its own output gone before the rename: either means the lock was broken.
 _CONVERTER = r"""
 import fcntl, os, random, sys, time
-folder, key, until = sys.argv[1], sys.argv[2], float(sys.argv[3])
+folder, key, stop, limit = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 lock, wav, tmp = (os.path.join(folder, key + s) for s in (".wav.lock", ".wav", ".tmp.wav"))
 rng = random.Random(os.getpid())
 converted = clashes = 0
-while time.time() < until:
+while not os.path.exists(stop) and time.time() < limit:
     fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -60,7 +60,8 @@ print(converted, clashes, flush=True)
 """
 
 CONVERTERS = 4
-RUN_S = 3.0
+RUN_S = 3.0  # at least; then on until both sides have done it 20 times (at most LIMIT_S)
+LIMIT_S = 120.0
 
 
 def test_evicting_an_entry_never_breaks_the_converters_lock(
@@ -79,10 +80,11 @@ def test_evicting_an_entry_never_breaks_the_converters_lock(
     tree = jan.policy.tree("cache")
     total = volume_stats(root).total
     prepare_leases()  # write leases, as in a sweep: the late opener waits on them
-    until = time.time() + RUN_S
+    start = time.time()
+    stop = tmp_path / "stop"  # the converters loop until it exists
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _CONVERTER, str(root), key, repr(until)],
+            [sys.executable, "-c", _CONVERTER, str(root), key, str(stop), repr(start + LIMIT_S)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -91,7 +93,9 @@ def test_evicting_an_entry_never_breaks_the_converters_lock(
     ]
     evicted = rounds = 0
     try:
-        while time.time() < until:
+        # A fixed time is not enough on a loaded machine: on until 20 evictions (each needs a
+        # conversion first), bounded by LIMIT_S.
+        while time.time() < start + RUN_S or (evicted < 20 and time.time() < start + LIMIT_S):
             snap = scan(root)
             plan = plan_tree(
                 snap,
@@ -103,6 +107,7 @@ def test_evicting_an_entry_never_breaks_the_converters_lock(
             )
             evicted += apply(plan, ledger=None).deleted_units
             rounds += 1
+        stop.touch()
         results = [p.communicate(timeout=30) for p in procs]
     finally:
         for p in procs:

@@ -714,8 +714,10 @@ def test_a_queued_call_keeps_its_input_pinned_while_it_waits_and_after(
         grant(jan, prep)
     # A prepare again (a guard falling back after its daemon went away) is still a first write.
     assert prepare(jan, req).first
-    threading.Timer(2.5, held.release).start()
+    releaser = threading.Timer(2.5, held.release)
+    releaser.start()
     session = wait(jan, prep, q.value.ticket)
+    releaser.join(60)  # the holder has exited, before the fixture's teardown would kill it
     assert session.waited_s > 2
     live = {p.id for p in jan.pins()}
     assert session.pins and set(session.pins) <= live
