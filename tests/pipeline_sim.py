@@ -181,6 +181,8 @@ def align(src: str, args: argparse.Namespace) -> None:
             report(args.report, pcm)
         if args.hold_s:
             time.sleep(args.hold_s)
+        while args.hold_while and os.path.exists(args.hold_while):
+            time.sleep(0.02)
     finally:
         if not args.job_dir:
             shutil.rmtree(job, ignore_errors=True)
@@ -204,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--readrate", type=float, help="read the whole-file PCM's input at this speed")
     p.add_argument("--report", help="append one JSON line per file written")
+    p.add_argument("--hold-while", help="after the last cut, wait while this file exists")
     p.add_argument(
         "--job-dir",
         help="cut into this existing job folder (another job's) instead of a new one; kept",

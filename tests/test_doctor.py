@@ -21,8 +21,7 @@ import pytest
 
 from janitor.config.settings import Settings
 from janitor.doctor import Check, run_checks
-
-from .conftest import one_line_error
+from tests._fixtures.console import one_line_error
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 

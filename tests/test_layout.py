@@ -417,3 +417,75 @@ def test_no_module_switches_on_a_unit_kinds_name() -> None:
         if (lines := list(kind_switches(path.read_text())))
     }
     assert found == {}
+
+
+# -- the tests mirror the package -----------------------------------------------------------------
+
+TESTS = Path(__file__).resolve().parent
+
+#: Test folders that are no layer of janitor/, each with what it holds.
+EXTRA_TEST_FOLDERS = {"scenarios": "end-to-end runs that cross layers"}
+
+#: The test files at tests/ top level, each with the top-level module of janitor/ it tests
+#: (None: the package as a whole).
+TOP_LEVEL_TESTS = {
+    "test_layout.py": None,
+    "test_names.py": None,
+    "test_docs_reference.py": None,
+    "test_error_statuses.py": "error_statuses",
+    "test_doctor.py": "doctor",
+    "test_service.py": "service",
+    "test_sizes.py": "sizes",
+    "test_space.py": "usage",
+}
+
+
+def layer_folders(package: Path) -> set[str]:
+    """The layers of the package, by folder name: each Python package in it, and the folder of
+    C sources (``native``)."""
+    return {p.parent.name for p in package.glob("*/__init__.py")} | {
+        p.parent.name for p in package.glob("*/*.c")
+    }
+
+
+def misplaced_tests(tests: Path, layers: set[str]) -> list[str]:
+    """Why each test file or folder under ``tests`` is not where its layer says, one line each."""
+    found = []
+    for path in sorted(tests.rglob("test_*.py")):
+        rel = path.relative_to(tests)
+        if len(rel.parts) == 1 and rel.name not in TOP_LEVEL_TESTS:
+            found.append(f"{rel}: at top level, but not a test of a top-level module")
+        elif len(rel.parts) > 2:
+            found.append(f"{rel}: deeper than tests/<layer>/")
+    for folder in sorted(p for p in tests.iterdir() if p.is_dir()):
+        if folder.name.startswith(("_", ".")):
+            continue
+        if folder.name not in layers and folder.name not in EXTRA_TEST_FOLDERS:
+            found.append(f"{folder.name}/: neither a layer of janitor/ nor a named extra folder")
+        if not (folder / "__init__.py").is_file():
+            found.append(f"{folder.name}/: no __init__.py")
+    return found
+
+
+def test_the_test_layout_check_sees_a_stray_file(tmp_path: Path) -> None:
+    tests = tmp_path / "tests"
+    for rel in ("test_sizes.py", "host/__init__.py", "host/test_owner.py", "test_owner.py",
+                "widgets/test_x.py", "host/deep/test_y.py"):  # fmt: skip
+        (tests / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tests / rel).touch()
+    assert misplaced_tests(tests, {"host", "cli"}) == [
+        "host/deep/test_y.py: deeper than tests/<layer>/",
+        "test_owner.py: at top level, but not a test of a top-level module",
+        "widgets/: neither a layer of janitor/ nor a named extra folder",
+        "widgets/: no __init__.py",
+    ]
+
+
+def test_every_test_file_sits_in_the_folder_of_its_layer() -> None:
+    """tests/ mirrors janitor/ as uvicorn's tests mirror its package: ``tests/<layer>/`` for
+    each package (and ``native``), named extra folders for what crosses layers, and at top
+    level only the tests of the top-level modules. A new test file goes in its layer's folder."""
+    layers = layer_folders(PKG)
+    assert {"host", "config", "ledger", "admission", "cleanup", "cli", "native"} <= layers
+    assert all(m is None or (PKG / f"{m}.py").is_file() for m in TOP_LEVEL_TESTS.values())
+    assert misplaced_tests(TESTS, layers) == []

@@ -30,8 +30,7 @@ from janitor.service import (
     SystemdService,
     service_for,
 )
-
-from .conftest import one_line_error
+from tests._fixtures.console import one_line_error
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 Reply = tuple[int, str, str]

@@ -5,8 +5,8 @@ regex parser (``re._parser``) to recognise the common shape ``^(?P<key>[^/]+?)SU
 keys one substitution over all names finds at once (200,000 cache names group about 2.6x
 faster than with a regex call per name). Any shape it does not know, or a parser that changed,
 falls back to ``re.match`` per name (``match_key``: the file kind's key rule,
-:mod:`janitor.config.unit_rules`). ``tests/test_group_keys.py`` proves, property by property,
-that both ways give the same keys.
+:mod:`janitor.config.unit_rules`). ``tests/cleanup/test_group_keys.py`` proves, property by
+property, that both ways give the same keys.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ wraps raggedly. :func:`finish_help` gives every parameter of the command tree a 
 reads as in a man page (``--concurrency N``, ``--policy FILE``; a flag shows none) and joins
 each paragraph of a command's help into one line for the terminal to wrap. Each parameter's
 label comes from :data:`LABELS` by its name, so a new option without one fails
-``tests/test_cli_help.py`` rather than showing a type. Lower bounds are checked by the
+``tests/cli/test_cli_help.py`` rather than showing a type. Lower bounds are checked by the
 commands themselves (:func:`janitor.cli.common.at_least`), so no range notation shows either.
 """
 
@@ -93,7 +93,7 @@ def _finish(param: Any) -> None:
         try:
             param.metavar = label(param)
         except KeyError:
-            param.metavar = (param.name or "value").upper()  # tests/test_cli_help.py fails
+            param.metavar = (param.name or "value").upper()  # tests/cli/test_cli_help.py fails
     if getattr(param, "param_type_name", "") == "argument":
         # An argument's label already stands in its name column; typer would print its
         # Python type beside it (``<str>``), which says nothing more.

@@ -18,7 +18,8 @@ us, and the signals we get reach it), keeps its reservations live for it (``cove
 Stopped, it gets SIGTERM, then SIGKILL after :data:`STOP_GRACE_S`. :class:`Ended` says how it
 ended and the exit code to give: 75 (EX_TEMPFAIL) when stopped, else the writer's own, as a
 shell says it or by dying of the same signal. The compiled front end (``native/guard.c``) does
-the same in C with the same constants; ``tests/test_guard_native.py`` reads them against these.
+the same in C with the same constants; ``tests/native/test_guard_native.py`` reads them against
+these.
 
 The guarded ffmpeg loads this on every call it runs: no ``typing`` or ``dataclasses`` here.
 """

@@ -9,7 +9,7 @@ Both front ends of the guarded ffmpeg send one call as they got it to the daemon
 taken when it was sent (its wait for room has one deadline, from the guarded ffmpeg's start;
 the compiled front end, a millisecond in, leaves it out). The guarded ffprobe sends the same
 shape to ``POST /v1/guard/probe``, with ``ffprobe`` and :data:`PROBE_ENV`. ``native/guard.c``
-holds the same lists (``tests/test_guard_native.py`` reads them against these).
+holds the same lists (``tests/native/test_guard_native.py`` reads them against these).
 
 The answer is a verdict: an HTTP status and a body whose ``action`` says what to do
 (:data:`VERDICTS`), with the line to print (``say``) and the ``guard.log`` line (``log``,

@@ -66,7 +66,7 @@ extern char **environ;
 #define EXIT_REFUSED 75
 #define EXIT_NO_FFMPEG 127
 /* What every #define below says, Python says too, or it is this program's own: the watch's
- * (janitor.commands.watch), the guard's (janitor.commands.guard); tests/test_guard_native.py reads them. */
+ * (janitor.commands.watch), the guard's (janitor.commands.guard); tests/native/test_guard_native.py reads them. */
 #define POLL_MS 200
 #define MARGIN 0.05
 #define SLACK (256.0 * 1024.0)

@@ -2,7 +2,7 @@
  * sizewalk: the bytes several folders hold, counted as `du -sx` counts them, by a few threads.
  *
  * The compiled twin of the Python walk in janitor/host/sizewalk.py, whose docstring says what
- * is counted; both give the same numbers (tests/test_sizewalk.py runs both on the same trees).
+ * is counted; both give the same numbers (tests/host/test_sizewalk.py runs both on the same trees).
  * In short, per folder: st_blocks * 512 of every entry below its top (the top's own blocks
  * told apart), a file with several links once over all the folders (the first folder listed
  * has it), never following a symlink, never entering another filesystem nor a mount point

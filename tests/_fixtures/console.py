@@ -1,0 +1,113 @@
+"""The real ``janitor`` console script, run in a subprocess (one at a time or several at once),
+and what its errors must look like: one line on stderr, no traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: The console script installed next to the interpreter running the tests.
+JANITOR_BIN = Path(sys.executable).parent / "janitor"
+
+__all__ = ["JANITOR_BIN", "assert_one_line", "one_line_error", "run_cli", "run_cli_many"]
+
+
+@pytest.fixture
+def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``run_cli(*args, env=None, cwd=None, timeout=60) -> CompletedProcess[str]``.
+
+    Runs the real ``janitor`` console script (the one next to ``sys.executable``) with
+    ``subprocess.run``, capturing text stdout and stderr; never raises on a non-zero exit.
+    The child inherits the isolated ``os.environ``; ``env`` adds to it, and a ``None`` value
+    removes a variable. The child's parent process is the test process.
+    """
+    assert JANITOR_BIN.exists(), f"console script {JANITOR_BIN} is not installed"
+
+    def run(
+        *args: str | os.PathLike[str],
+        env: Mapping[str, str | None] | None = None,
+        cwd: Path | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        child_env = dict(os.environ)
+        for key, value in (env or {}).items():
+            if value is None:
+                child_env.pop(key, None)
+            else:
+                child_env[key] = value
+        return subprocess.run(
+            [str(JANITOR_BIN), *map(os.fspath, args)],
+            capture_output=True,
+            text=True,
+            env=child_env,
+            cwd=cwd,
+            timeout=timeout,
+            check=False,
+        )
+
+    return run
+
+
+@pytest.fixture
+def run_cli_many() -> Callable[..., list[subprocess.CompletedProcess[str]]]:
+    """``run_cli_many([args, ...], env=None) -> [CompletedProcess, ...]``: run them concurrently.
+
+    Like :func:`run_cli` for several independent invocations at once (the console script's
+    start-up dominates, and the machine has more than one core); results keep the input order.
+    Each item is a tuple of arguments, or ``(args, env)`` with per-run environment changes.
+    """
+    assert JANITOR_BIN.exists(), f"console script {JANITOR_BIN} is not installed"
+
+    def run(
+        runs: list[tuple[Any, ...]],
+        env: Mapping[str, str | None] | None = None,
+        timeout: float = 60,
+    ) -> list[subprocess.CompletedProcess[str]]:
+        procs = []
+        for item in runs:
+            if len(item) == 2 and isinstance(item[0], tuple):
+                args, extra = item
+            else:
+                args, extra = item, {}
+            child_env = dict(os.environ)
+            for key, value in {**(env or {}), **extra}.items():
+                if value is None:
+                    child_env.pop(key, None)
+                else:
+                    child_env[key] = value
+            argv = [str(JANITOR_BIN), *map(os.fspath, args)]
+            proc = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=child_env,
+            )
+            procs.append((argv, proc))
+        results = []
+        for argv, proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            results.append(subprocess.CompletedProcess(argv, proc.returncode, out, err))
+        return results
+
+    return run
+
+
+def one_line_error(stderr: str) -> str:
+    """Assert ``stderr`` is exactly one line and no traceback; returns that line."""
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{stderr}"
+    return lines[0]
+
+
+@pytest.fixture
+def assert_one_line() -> Callable[[str], str]:
+    """``assert_one_line(stderr) -> str``: one line on stderr, no traceback; returns the line."""
+    return one_line_error

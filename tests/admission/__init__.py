@@ -1,0 +1,1 @@
+"""Tests of ``janitor.admission``: admit or refuse a reservation, forecasts and risk."""

@@ -1,0 +1,1 @@
+"""Tests of ``janitor.cleanup``: scan, units and their kinds, plan, delete, sweep."""

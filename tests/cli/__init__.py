@@ -1,0 +1,1 @@
+"""Tests of ``janitor.cli``: the real console script, its help and its screens."""

@@ -1,0 +1,1 @@
+"""Tests of ``janitor.commands``: the guarded ffmpeg, ``janitor exec``, ``run`` and ``estimate``."""

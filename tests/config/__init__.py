@@ -1,0 +1,1 @@
+"""Tests of ``janitor.config``: settings and policy files."""

@@ -1,0 +1,1 @@
+"""Tests of ``janitor.daemon``: the real daemon, its API, metrics, logs and alert rules."""

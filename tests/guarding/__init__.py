@@ -1,0 +1,1 @@
+"""Tests of ``janitor.guarding``: a guarded call decided (what ffmpeg will write)."""

@@ -1,0 +1,1 @@
+"""Tests of ``janitor.host``: what the machine says (space, processes, locks, C builds)."""

@@ -1,0 +1,1 @@
+"""Tests of ``janitor/native``: the compiled guard alone, under hostile input."""

@@ -1,0 +1,1 @@
+"""End-to-end scenarios that cross layers: the pipeline through the guard and the daemon."""
