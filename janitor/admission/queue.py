@@ -68,19 +68,25 @@ def _cache_bytes(root: str) -> int:
 
 
 def came_back(tx: Tx, device: int, free_now: int, *, window_s: float) -> int:
-    """Free space volume ``device`` had within the last ``window_s`` above ``free_now``: the
-    highest of the daemon's readings there (:mod:`janitor.daemon.sampler`) less ``free_now``.
+    """Free space that writers outside every reservation have lately given back on volume
+    ``device`` and may give back again: within the last ``window_s``, the largest rise of its
+    free space in the daemon's readings (:mod:`janitor.daemon.sampler`), at most what it held
+    free then above ``free_now``.
 
-    Writers outside every reservation (a download, a build, a burst of another program) take
-    space and give it back; what the volume held free that recently may come back within a
-    wait of the same length, so a write that lacks no more than that may wait for it, within
-    its bound, rather than be refused at once. A volume whose free space has stood still (or
-    one no daemon samples) gives nothing here: a write that nothing can make fit is still
-    refused at once."""
+    A download, a build or another program's burst takes space and gives it back; a volume
+    seen to give back that much within a wait of the same length may do it again, so a write
+    that lacks no more than that may wait for it, within its bound, rather than be refused at
+    once. Space that was only taken (a file written and kept, the job's own conversion) is no
+    rise: a volume whose free space only fell or stood still, or one no daemon samples, gives
+    nothing here, and a write nothing can make fit is still refused at once."""
     if window_s <= 0:
         return 0
-    readings = tx.samples.series(device, time.time() - window_s)
-    return max(0, max((free for _, free in readings), default=0) - free_now)
+    frees = [free for _, free in tx.samples.series(device, time.time() - window_s)]
+    rise, low = 0, None
+    for free in frees:
+        low = free if low is None else min(low, free)
+        rise = max(rise, free - low)
+    return max(0, min(rise, max(frees, default=0) - free_now))
 
 
 def will_come(

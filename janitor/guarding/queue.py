@@ -49,9 +49,9 @@ def cannot_wait(
     """Why waiting cannot make ``need`` bytes fit on ``device`` (NeverFits: more than the
     volume could ever give; WaitWontHelp: more than the work on it will give back), or None
     when it may. The call's own pinned sources count for neither: they stay while it waits.
-    Free space the volume had within the call's wait bound and writers outside every
-    reservation took since counts for both (:func:`~janitor.admission.queue.came_back`): it
-    came and went, so it may come again while the call waits."""
+    Free space that writers outside every reservation gave back on the volume within the
+    call's wait bound counts for both (:func:`~janitor.admission.queue.came_back`): it came
+    and went, so it may come again while the call waits."""
     from janitor.admission.jobs import capacity
     from janitor.admission.queue import came_back, will_come
     from janitor.admission.volume import Volume

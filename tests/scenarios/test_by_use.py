@@ -347,10 +347,12 @@ def test_a_first_cut_that_nothing_running_can_make_fit_is_refused_at_once(
 def test_a_first_cut_waits_for_space_an_outside_writer_took_moments_ago(
     tmp_path: Path, m4a: Callable[[float], Path]
 ) -> None:
-    """An outside writer (no reservation) takes the volume's room just before a job's first
-    cut, and gives it back a few seconds later. The daemon's readings show that room was free
-    moments ago, so the cut waits for it (within JANITOR_GUARD_WAIT_S) and the file completes;
-    before, nothing known would give it back and the cut was refused at once."""
+    """An outside writer (no reservation) that comes and goes takes the volume's room just
+    before a job's first cut, and gives it back a few seconds later. The daemon's readings
+    show it gave that much back moments ago, so the cut waits for it (within
+    JANITOR_GUARD_WAIT_S) and the file completes; before, nothing known would give it back and
+    the cut was refused at once. (A writer that only took space is covered by the tests of a
+    first cut refused at once: no rise, nothing to wait for.)"""
     report = tmp_path / "report.jsonl"
     with site(tmp_path, size="64m", floor="8MiB") as s, running_daemon(s.setup):
 
@@ -360,6 +362,15 @@ def test_a_first_cut_waits_for_space_an_outside_writer_took_moments_ago(
 
         eventually(lambda: sampled() > 0, timeout=30, what="the daemon's first reading")
         burst = s.setup.mount / "burst.bin"  # on the volume, in no tree
+        # A writer that comes and goes: a burst the daemon sees taken, then given back...
+        for _ in range(2):
+            seen = sampled()
+            fill_file(burst, max(0, free_of(s.tmp) - 8 * MiB - 512 * 1024))
+            eventually(lambda n=seen: sampled() > n + 1, timeout=30, what="a reading")
+            burst.unlink()
+            seen = sampled()
+            eventually(lambda n=seen: sampled() > n + 1, timeout=30, what="a reading")
+        # ... then taken again just before the job's first cut
         fill_file(burst, max(0, free_of(s.tmp) - 8 * MiB - 512 * 1024))
         gone = threading.Timer(4.0, lambda: burst.unlink(missing_ok=True))
         gone.start()
