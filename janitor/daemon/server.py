@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 from collections.abc import Callable
 
@@ -13,8 +14,12 @@ from janitor.daemon.api import serve_app
 from janitor.daemon.http_thread import HttpPart
 from janitor.daemon.thread_pool import ThreadPool
 from janitor.daemon.view import DaemonView
+from janitor.errors import ConfigError
 
 __all__ = ["ApiServer"]
+
+#: sockaddr_un's sun_path: 108 bytes on Linux, 104 on macOS, with its terminating NUL.
+_SUN_PATH = 104 if sys.platform == "darwin" else 108
 
 
 class ApiServer(HttpPart):
@@ -70,6 +75,12 @@ class ApiServer(HttpPart):
 
     def _bind(self) -> None:
         path = self.settings.socket_path
+        if len(os.fsencode(path)) >= _SUN_PATH:
+            raise ConfigError(
+                f"the daemon's socket {path} is {len(os.fsencode(path))} bytes long, more than a "
+                f"Unix socket's path may be ({_SUN_PATH - 1}); set runtime_dir "
+                "(JANITOR_RUNTIME_DIR) to a shorter folder"
+            )
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         # We hold the daemon lock, so a socket file left here is a dead daemon's.
         try:

@@ -703,3 +703,19 @@ def test_emergency_frees_ballast_and_evicts_caches_without_writing_the_ledger(
         # Not a row in the ledger's log, and nothing else in the ledger changed either.
         assert ledger_log(setup.ledger) == log_before
         assert ledger_dump(setup.ledger) == dump_before
+
+
+def test_a_socket_path_too_long_for_a_unix_socket_is_one_line_and_exit_2(
+    run_cli: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path
+) -> None:
+    """A runtime folder so deep that the daemon's socket path passes sun_path's limit (108
+    bytes on Linux, 104 on macOS) is bad input: one line naming the setting, exit 2, and no
+    socket left behind (before, a traceback: "OSError: AF_UNIX path too long")."""
+    runtime = tmp_path / ("r" * 120)
+    done = run_cli("daemon", env={"JANITOR_RUNTIME_DIR": str(runtime)}, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("janitor: error:")]
+    assert len(errors) == 1 and "JANITOR_RUNTIME_DIR" in errors[0], done.stderr
+    assert "socket" in errors[0] and str(runtime) in errors[0], errors
+    assert not (runtime / "janitor.sock").exists()
