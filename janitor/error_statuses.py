@@ -18,15 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from janitor.errors import (
-    ConfigError,
-    JanitorError,
-    LedgerError,
-    LedgerFull,
-    ReservationRefused,
-    UnknownPin,
-    UnknownReservation,
-)
+from janitor import errors
 
 __all__ = ["ERROR_STATUSES", "ErrorStatus", "for_error", "status_of"]
 
@@ -39,28 +31,28 @@ class ErrorStatus:
 
     kind: str
     status: int
-    raised: tuple[type[JanitorError], ...] = ()
+    raised: tuple[type[errors.JanitorError], ...] = ()
     retry_after_s: int | None = None
 
 
 #: Every kind of error the daemon answers, with its status: the one place they are mapped.
 ERROR_STATUSES: tuple[ErrorStatus, ...] = (
     # No room: a reservation or a guarded call refused (the body: the refusal's numbers).
-    ErrorStatus("refused", 507, (ReservationRefused,), retry_after_s=5),
+    ErrorStatus("refused", 507, (errors.ReservationRefused,), retry_after_s=5),
     # SQLite found the disk full: nothing was changed.
-    ErrorStatus("ledger_full", 507, (LedgerFull,)),
+    ErrorStatus("ledger_full", 507, (errors.LedgerFull,)),
     # The ledger cannot be opened or written.
-    ErrorStatus("ledger_unavailable", 503, (LedgerError,)),
+    ErrorStatus("ledger_unavailable", 503, (errors.LedgerError,)),
     # No such reservation, pin or queued call; no such route.
-    ErrorStatus("not_found", 404, (UnknownReservation, UnknownPin)),
+    ErrorStatus("not_found", 404, (errors.UnknownReservation, errors.UnknownPin)),
     # A body, a size, a setting or a path that cannot be used.
-    ErrorStatus("bad_request", 422, (ConfigError,)),
+    ErrorStatus("bad_request", 422, (errors.ConfigError,)),
     # A guarded call that expects a policy other than the daemon's.
     ErrorStatus("policy_mismatch", 409),
     # A route the app has, asked with a method it does not answer.
     ErrorStatus("method_not_allowed", 405),
     # Any other error the janitor raises on purpose.
-    ErrorStatus("error", 400, (JanitorError,)),
+    ErrorStatus("error", 400, (errors.JanitorError,)),
 )
 
 _BY_KIND = {row.kind: row for row in ERROR_STATUSES}
@@ -72,7 +64,7 @@ def status_of(kind: str) -> int:
     return _BY_KIND[kind].status
 
 
-def for_error(exc: JanitorError) -> ErrorStatus:
+def for_error(exc: errors.JanitorError) -> ErrorStatus:
     """The row ``exc`` is answered with: that of the nearest class of its MRO the table names
     (``JanitorError``'s, ``error``, when no nearer one is)."""
     for cls in type(exc).__mro__:

@@ -16,22 +16,9 @@ from pathlib import Path
 import pytest
 
 import janitor
+from janitor import errors
 from janitor.daemon.routes.errors import janitor_error
 from janitor.error_statuses import ERROR_STATUSES, for_error, status_of
-from janitor.errors import (
-    ConfigError,
-    JanitorError,
-    LedgerError,
-    LedgerFull,
-    NeverFits,
-    PolicyError,
-    ReservationRefused,
-    SpaceRisk,
-    UnknownPin,
-    UnknownReservation,
-    UnknownTree,
-    WaitWontHelp,
-)
 from janitor.guarding import protocol
 
 PKG = Path(janitor.__file__).parent
@@ -97,26 +84,27 @@ def test_the_table_names_each_kind_once_and_every_error_finds_a_row() -> None:
     assert len(kinds) == len(set(kinds))
     raised = [cls for row in ERROR_STATUSES for cls in row.raised]
     assert len(raised) == len(set(raised))
-    assert JanitorError in raised  # the last resort: every error the janitor raises has a row
+    # the last resort: every error the janitor raises has a row
+    assert errors.JanitorError in raised
 
 
-def _refusal(cls: type[ReservationRefused], error: str) -> ReservationRefused:
+def _refusal(cls: type[errors.ReservationRefused], error: str) -> errors.ReservationRefused:
     numbers = {"tree": "media_cache", "volume": "/mnt/v", "requested": 10, "free": 5}
     return cls.from_dict({**numbers, "error": error})
 
 
 #: Each error a ``Janitor`` call can raise, and the status and ``error`` it was answered with
 #: before the table (``api._janitor_error``'s ``isinstance`` chain at 7673b5f), written out.
-ANSWERED_BEFORE: list[tuple[JanitorError, int, str]] = [
-    (UnknownReservation("r-1"), 404, "not_found"),
-    (UnknownPin("p-1"), 404, "not_found"),
-    (LedgerFull("database or disk is full"), 507, "ledger_full"),
-    (LedgerError("unable to open database file"), 503, "ledger_unavailable"),
-    (ConfigError("bad size '2Q'"), 422, "bad_request"),
-    (PolicyError("policy.toml: bad", ["trees.x.quota: bad"]), 422, "bad_request"),
-    (UnknownTree("no tree 'x'"), 422, "bad_request"),
-    (SpaceRisk("r-1", "/mnt/v", "critical"), 400, "error"),
-    (JanitorError("anything else"), 400, "error"),
+ANSWERED_BEFORE: list[tuple[errors.JanitorError, int, str]] = [
+    (errors.UnknownReservation("r-1"), 404, "not_found"),
+    (errors.UnknownPin("p-1"), 404, "not_found"),
+    (errors.LedgerFull("database or disk is full"), 507, "ledger_full"),
+    (errors.LedgerError("unable to open database file"), 503, "ledger_unavailable"),
+    (errors.ConfigError("bad size '2Q'"), 422, "bad_request"),
+    (errors.PolicyError("policy.toml: bad", ["trees.x.quota: bad"]), 422, "bad_request"),
+    (errors.UnknownTree("no tree 'x'"), 422, "bad_request"),
+    (errors.SpaceRisk("r-1", "/mnt/v", "critical"), 400, "error"),
+    (errors.JanitorError("anything else"), 400, "error"),
 ]
 
 
@@ -125,7 +113,7 @@ ANSWERED_BEFORE: list[tuple[JanitorError, int, str]] = [
     ANSWERED_BEFORE,
     ids=[type(e).__name__ for e, _, _ in ANSWERED_BEFORE],
 )
-def test_each_error_is_answered_as_before(exc: JanitorError, status: int, kind: str) -> None:
+def test_each_error_is_answered_as_before(exc: errors.JanitorError, status: int, kind: str) -> None:
     answer = janitor_error(exc)
     assert answer.status_code == status
     assert json.loads(answer.body) == {"error": kind, "message": str(exc)}
@@ -135,10 +123,14 @@ def test_each_error_is_answered_as_before(exc: JanitorError, status: int, kind: 
 
 @pytest.mark.parametrize(
     ("cls", "error"),
-    [(ReservationRefused, "refused"), (NeverFits, "never_fits"), (WaitWontHelp, "wait_wont_help")],
+    [
+        (errors.ReservationRefused, "refused"),
+        (errors.NeverFits, "never_fits"),
+        (errors.WaitWontHelp, "wait_wont_help"),
+    ],
 )
 def test_a_refusal_is_507_with_its_numbers_and_retry_after(
-    cls: type[ReservationRefused], error: str
+    cls: type[errors.ReservationRefused], error: str
 ) -> None:
     exc = _refusal(cls, error)
     answer = janitor_error(exc)
