@@ -102,8 +102,9 @@ def probed_files(args: Sequence[str], cwd: str) -> list[str]:
 @dataclass(frozen=True, slots=True)
 class FaNeed:
     """What forced alignment of a WAV will need in a job folder: the folder it stands for
-    (under the prober's ``TMPDIR``), the tree that holds it, and the bytes (the whole WAV as
-    batchalign3's PCM)."""
+    (under the prober's ``TMPDIR``), a tree on that folder's volume (to measure the volume by:
+    its floor and free space are the volume's, whichever tree holds the folder), and the bytes
+    (the whole WAV as batchalign3's PCM)."""
 
     folder: str
     tree: str
@@ -114,8 +115,9 @@ def fa_need(jan: Janitor, wav: str, tmpdir: str) -> FaNeed | None:
     """The working set of aligning ``wav`` in a job folder under ``tmpdir``, worked out as
     the guard works out a first cut's; None when it cannot be (not a WAV whose header tells
     its length) or no tree of the policy is on that folder's volume."""
+    from janitor.admission.reserve import tree_on
     from janitor.guarding import ffmpeg
-    from janitor.guarding.prepare import locate
+    from janitor.host.space import device_of
 
     folder = os.path.join(tmpdir, ".tmp-fa-probe")
     out = os.path.join(folder, "fa_v2", "audio", "fa-v2-audio-0-0.pcm")
@@ -128,10 +130,14 @@ def fa_need(jan: Janitor, wav: str, tmpdir: str) -> FaNeed | None:
     est = ffmpeg.estimate(cut, header_only)
     if isinstance(est, ffmpeg.NotEstimable) or not est or not est[0].whole_bytes:
         return None
-    where = locate(jan, os.path.join(tmpdir, "x"))
-    if where is None:
+    try:
+        device = device_of(tmpdir)  # a TMPDIR not made yet: the volume it would be made on
+    except OSError:
         return None
-    return FaNeed(folder, where.tree, int(est[0].whole_bytes))
+    tree = tree_on(jan.policy, device)
+    if tree is None:
+        return None
+    return FaNeed(folder, tree.name, int(est[0].whole_bytes))
 
 
 @dataclass(frozen=True, slots=True)
