@@ -76,11 +76,11 @@ def _through_daemon(call: dict[str, Any], socket_path: str | None) -> dict[str, 
 
 def _through_ledger(call: dict[str, Any], policy: str | None) -> dict[str, Any]:
     from janitor.core import Janitor
-    from janitor.guarding.probe_call import decide_probe
+    from janitor.guarding.probe_call import probe_here
 
     jan = Janitor.from_settings()
     try:
-        verdict = decide_probe(jan, call, policy_path=str(jan.settings.policy_path))
+        verdict = probe_here(jan, call)
     finally:
         jan.ledger.close()
     return verdict.body

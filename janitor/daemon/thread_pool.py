@@ -8,7 +8,6 @@ metrics listener hand such calls to a :class:`ThreadPool` and await their answer
 from __future__ import annotations
 
 import asyncio
-import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -17,7 +16,6 @@ from typing import Any, TypeVar
 __all__ = ["ThreadPool"]
 
 _T = TypeVar("_T")
-log = logging.getLogger("janitor.daemon")
 
 
 class ThreadPool:
@@ -35,16 +33,6 @@ class ThreadPool:
         self._name = name
         self._threads = 0
         self._idle = 0
-        self._after = threading.local()
-
-    def after(self, work: Callable[[], object]) -> None:
-        """From inside a call: run ``work`` in the same worker once the call's answer is
-        handed back (what need not delay the answer). Its errors are logged, not raised."""
-        pending: list[Callable[[], object]] | None = getattr(self._after, "work", None)
-        if pending is None:
-            work()  # not inside a worker: at once
-        else:
-            pending.append(work)
 
     async def run(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)`` in a worker; its exception is raised here."""
@@ -69,8 +57,6 @@ class ThreadPool:
             if item is None:
                 return
             loop, fut, fn, args = item
-            pending: list[Callable[[], object]] = []
-            self._after.work = pending
             try:
                 result, error = fn(*args), None
             except BaseException as exc:  # handed to the awaiting request
@@ -79,12 +65,6 @@ class ThreadPool:
                 loop.call_soon_threadsafe(_settle, fut, result, error)
             except RuntimeError:  # the loop is closed: nobody waits any more
                 pass
-            self._after.work = None
-            for work in pending:
-                try:
-                    work()
-                except Exception:
-                    log.exception("work after an answer failed")
             with self._lock:
                 self._idle += 1
 

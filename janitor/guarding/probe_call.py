@@ -20,6 +20,17 @@ Every other call, and every call that is not refused, runs the real ffprobe at o
 arguments, stdin, stdout, stderr and exit code (the front end ``exec``\\ s it). The verdict is
 a :class:`~janitor.guarding.verdict.Verdict`: ``exec`` or ``refuse``, with the lines to print
 and log. Imported by the Python front end only when it decides without a daemon.
+
+A call is decided in two steps, each side effect in its place: :func:`decide_probe` reads
+only (the files, the volume, the ledger when it is tight) and gives the verdict with the marks
+it leaves to make (an :class:`AwaitingUse`); then :func:`mark_awaiting_use` writes them, in
+one transaction. The daemon answers between the two (``POST /v1/guard/probe``): the refusal is
+decided before ffprobe runs, and the prober's ffprobe does not wait for the ledger, whose mark
+is needed only at its first cut, after UTR. A daemon that dies between its answer and the
+write (a millisecond) leaves that entry unmarked, as an entry nothing covers (the probe not
+counted as a use): pressure and make-room may take it, least recently used first, until the
+prober's first cut pins it. A front end deciding in its own process marks, then ``exec``\\ s ffprobe
+(:func:`probe_here`), since nothing of it runs after.
 """
 
 from __future__ import annotations
@@ -34,12 +45,21 @@ from janitor.guarding.verdict import Verdict, policy_mismatch
 from janitor.humanize import format_size
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from janitor.admission.awaiting import CacheEntry
     from janitor.core import Janitor
 
-__all__ = ["FaNeed", "decide_probe", "fa_need", "probed_files"]
+__all__ = [
+    "AwaitingUse",
+    "FaNeed",
+    "ProbeDecision",
+    "decide_probe",
+    "fa_need",
+    "mark_awaiting_use",
+    "probe_here",
+    "probed_files",
+]
 
 #: batchalign3's forced-alignment cut, whose working set a probe of a cached WAV announces: one
 #: group's PCM, ``ffmpeg -y -ss S -to E -i WAV -f f32le -acodec pcm_f32le -ar 16000 -ac 1
@@ -82,8 +102,9 @@ def probed_files(args: Sequence[str], cwd: str) -> list[str]:
 @dataclass(frozen=True, slots=True)
 class FaNeed:
     """What forced alignment of a WAV will need in a job folder: the folder it stands for
-    (under the prober's ``TMPDIR``), the tree that holds it, and the bytes (the whole WAV as
-    batchalign3's PCM)."""
+    (under the prober's ``TMPDIR``), a tree on that folder's volume (to measure the volume by:
+    its floor and free space are the volume's, whichever tree holds the folder), and the bytes
+    (the whole WAV as batchalign3's PCM)."""
 
     folder: str
     tree: str
@@ -94,8 +115,9 @@ def fa_need(jan: Janitor, wav: str, tmpdir: str) -> FaNeed | None:
     """The working set of aligning ``wav`` in a job folder under ``tmpdir``, worked out as
     the guard works out a first cut's; None when it cannot be (not a WAV whose header tells
     its length) or no tree of the policy is on that folder's volume."""
+    from janitor.admission.reserve import tree_on
     from janitor.guarding import ffmpeg
-    from janitor.guarding.prepare import locate
+    from janitor.host.space import device_of
 
     folder = os.path.join(tmpdir, ".tmp-fa-probe")
     out = os.path.join(folder, "fa_v2", "audio", "fa-v2-audio-0-0.pcm")
@@ -108,72 +130,94 @@ def fa_need(jan: Janitor, wav: str, tmpdir: str) -> FaNeed | None:
     est = ffmpeg.estimate(cut, header_only)
     if isinstance(est, ffmpeg.NotEstimable) or not est or not est[0].whole_bytes:
         return None
-    where = locate(jan, os.path.join(tmpdir, "x"))
-    if where is None:
+    try:
+        device = device_of(tmpdir)  # a TMPDIR not made yet: the volume it would be made on
+    except OSError:
         return None
-    return FaNeed(folder, where.tree, int(est[0].whole_bytes))
+    tree = tree_on(jan.policy, device)
+    if tree is None:
+        return None
+    return FaNeed(folder, tree.name, int(est[0].whole_bytes))
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitingUse:
+    """The marks a probe leaves to make: its cache entries, awaiting use by the prober found
+    from ``caller`` (the ffprobe's parent), past the go-betweens above it, as a job's writer
+    is."""
+
+    entries: tuple[CacheEntry, ...]
+    caller: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeDecision:
+    """A probe call decided: the verdict to carry out, and the marks to make after it (None:
+    nothing cached was probed, or the probe is refused)."""
+
+    verdict: Verdict
+    then: AwaitingUse | None = None
 
 
 def decide_probe(
-    jan: Janitor,
-    call: Mapping[str, Any],
-    *,
-    policy_path: str | None,
-    defer: Callable[[Callable[[], object]], object] | None = None,
-) -> Verdict:
-    """The verdict on one ffprobe call (the body of ``POST /v1/guard/probe``): ``refuse`` (507)
-    a probe of a cached WAV whose alignment could never fit, else ``exec``, and the cache
-    entries it probes marked awaiting use for the prober. 409 when the call expects another
-    policy than ``policy_path`` (None: the caller's own, deciding in its own process).
-
-    ``defer(work)``: run the marking after the answer is sent (the daemon: the prober's
-    ffprobe runs meanwhile, and its use of the entry comes minutes later, at its first cut);
-    without it the marking is done before this returns."""
+    jan: Janitor, call: Mapping[str, Any], *, policy_path: str | None
+) -> ProbeDecision:
+    """The verdict on one ffprobe call (the body of ``POST /v1/guard/probe``), from a read-only
+    look: ``refuse`` (507) a probe of a cached WAV whose alignment could never fit, else
+    ``exec``, with the cache entries it probes to mark awaiting use for the prober
+    (:func:`mark_awaiting_use`). 409 when the call expects another policy than
+    ``policy_path`` (None: the caller's own, deciding in its own process)."""
     from janitor.admission.awaiting import cache_entry
 
     env = call.get("env") or {}
     expected = env.get("JANITOR_POLICY") or (call.get("config") or {}).get("policy")
     mismatch = policy_mismatch(expected, policy_path)
     if mismatch is not None:
-        return mismatch
+        return ProbeDecision(mismatch)
     probed = (cache_entry(jan.policy, p) for p in probed_files(call["args"], call["cwd"]))
-    entries = [e for e in probed if e is not None]
+    entries = tuple(e for e in probed if e is not None)
     if not entries:
-        return Verdict(200, {"action": "exec"})
+        return ProbeDecision(Verdict(200, {"action": "exec"}))
     tmpdir = env.get("TMPDIR") or "/tmp"
     for entry in entries:
         refused = _hopeless(jan, entry, tmpdir)
         if refused is not None:
             body = {"action": "refuse", "say": refused, "log": f"refused: {refused}"}
-            return Verdict(status_of("refused"), body)
+            return ProbeDecision(Verdict(status_of("refused"), body))
     caller = int(call.get("writer_pid") or call["owner_pid"])
-    if defer is not None:
-        defer(lambda: _mark(jan, entries, caller))
-        return Verdict(200, {"action": "exec"})
-    prober = _mark(jan, entries, caller)
-    names = ", ".join(e.path for e in entries)
-    return Verdict(200, {"action": "exec", "log": f"awaiting use by {prober}: {names}",
-                         "debug": True})  # fmt: skip
+    return ProbeDecision(Verdict(200, {"action": "exec"}), AwaitingUse(entries, caller))
 
 
-def _mark(jan: Janitor, entries: Sequence[CacheEntry], caller: int) -> str:
-    """Mark ``entries`` awaiting use by the prober (the caller, past go-betweens); who. A
-    caller gone already marks nothing (there is no use to await)."""
+def mark_awaiting_use(jan: Janitor, marks: AwaitingUse) -> str:
+    """Mark ``marks``' entries awaiting use by the prober, in one transaction; who it is, for
+    the log. A caller gone already marks nothing (there is no use to await)."""
     from janitor.admission.awaiting import mark_awaiting
     from janitor.host.owner import choose_writer
 
-    prober = choose_writer(int(caller))
+    prober = choose_writer(marks.caller)
     if prober.start is None:
         return f"pid {prober.pid} (gone)"
     start = prober.start
     now = time.time()
 
     def write(tx: Any) -> None:
-        for entry in entries:
+        for entry in marks.entries:
             mark_awaiting(tx, jan.policy, entry, owner_pid=prober.pid, owner_start=start, now=now)
 
     jan.ledger.call(write)
     return f"pid {prober.pid} ({prober.description})"
+
+
+def probe_here(jan: Janitor, call: Mapping[str, Any]) -> Verdict:
+    """A probe call decided in the caller's own process (no daemon): its marks made, then its
+    verdict, with the ``guard.log`` line naming the prober (at DEBUG)."""
+    decided = decide_probe(jan, call, policy_path=str(jan.settings.policy_path))
+    if decided.then is None:
+        return decided.verdict
+    prober = mark_awaiting_use(jan, decided.then)
+    names = ", ".join(e.path for e in decided.then.entries)
+    body = {**decided.verdict.body, "log": f"awaiting use by {prober}: {names}", "debug": True}
+    return Verdict(decided.verdict.status, body)
 
 
 def _hopeless(jan: Janitor, entry: CacheEntry, tmpdir: str) -> str | None:
@@ -181,14 +225,16 @@ def _hopeless(jan: Janitor, entry: CacheEntry, tmpdir: str) -> str | None:
     or None. Cheap unless it is tight: the volume's capacity is worked out (a walk of its
     caches and job folders) only when the need passes what is free above the floor now."""
     from janitor.admission.jobs import capacity
-    from janitor.admission.volume import Volume
+    from janitor.admission.volume import Volume, read_volume
 
     need = fa_need(jan, entry.path, tmpdir)
     if need is None:
         return None
-    vol = Volume.at(jan.policy, jan.policy.tree(need.tree).path)
-    if need.bytes <= vol.free - vol.floor:
+    tree = jan.policy.tree(need.tree)
+    now = read_volume(jan.policy, tree)  # one statvfs while the volume is the one it was
+    if need.bytes <= now.free - now.floor:
         return None
+    vol = Volume.at(jan.policy, tree.path)
     with jan.ledger.read() as tx:
         cap = capacity(tx, jan.policy, vol, kept=frozenset((entry.path,)))
     if need.bytes <= cap.most:

@@ -57,7 +57,7 @@ class Verdict:
 def policy_mismatch(expected: str | None, policy_path: str | None) -> Verdict | None:
     """409 when a call expects a policy other than the one deciding it (``policy_path``; None:
     the caller's own, as a front end deciding in its own process), else None."""
-    if not expected or policy_path is None:
+    if not expected or policy_path is None or expected == policy_path:
         return None
     if os.path.realpath(expected) == os.path.realpath(policy_path):
         return None

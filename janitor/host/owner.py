@@ -88,6 +88,12 @@ class Owner:
     warning: str | None = None
 
 
+def _may_be_transient(proc: ProcessInfo) -> bool:
+    """False for a process that is no go-between whatever its parent is: neither a launcher
+    nor a shell (so its parent need not be read to tell)."""
+    return proc.name in LAUNCHERS or proc.name in SHELLS
+
+
 def _transient(proc: ProcessInfo, parent: ProcessInfo, *, one_shot: bool = False) -> bool:
     """True for a go-between that exits as soon as the command it runs does.
 
@@ -229,21 +235,34 @@ def writer_chain(pid: int, *, guard: int | None = None) -> Chain:
     if proc is None or proc.start is None:
         gone = Link(pid, 0.0, None, None)
         return Chain((gone,), gone)
-    links = [_link(proc)]
-    while proc.ppid > 1 and len(links) < 64:
+    links = tuple(_link(p) for p in _up_to_writer(proc))
+    return Chain(links, links[-1])
+
+
+def _up_to_writer(proc: ProcessInfo) -> list[ProcessInfo]:
+    """``proc`` and the go-betweens above it, up to the writer (the last), each read through
+    the one below it. A parent is read only where the one below may be a go-between (a
+    launcher or a shell): the cut of a server or a worker that runs ffmpeg itself reads no
+    other process."""
+    chain = [proc]
+    while proc.ppid > 1 and len(chain) < 64 and _may_be_transient(proc):
         parent = _verified_parent(proc)
         if parent is None or not _transient(proc, parent, one_shot=True):
             break
-        links.append(_link(parent))
+        chain.append(parent)
         proc = parent
-    return Chain(tuple(links), links[-1])
+    return chain
 
 
 def choose_writer(pid: int) -> Owner:
-    """The writer of a job run by ``pid`` (the top of its :func:`writer_chain`), as an owner;
-    ``start`` None when it has exited already (its job is an orphan)."""
-    top = writer_chain(pid).writer
-    return Owner(top.pid, top.start or None, top.description)
+    """The writer of a job run by ``pid`` (the top of its :func:`writer_chain`, found the same
+    way), as an owner; ``start`` None when it has exited already (its job is an orphan).
+    The process groups a chain records are not read: an owner is a pid and a start time."""
+    proc = process_info(pid)
+    if proc is None or proc.start is None:
+        return Owner(pid, None, "?")
+    top = _up_to_writer(proc)[-1]
+    return Owner(top.pid, top.start or None, top.describe())
 
 
 def choose_owner(start_pid: int | None = None) -> Owner:

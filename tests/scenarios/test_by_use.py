@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -174,6 +175,56 @@ def test_a_probe_of_a_cache_entry_marks_it_awaiting_use_until_its_prober_dies(
     # A reap (the daemon's, or any admission's) ends a dead prober's mark in the ledger too.
     ends = [e["detail"]["why"] for e in log if e["event"] == "await-end"]
     assert set(ends) <= {"its prober died"}, log
+
+
+@contextmanager
+def ledger_held(s: Site) -> Iterator[threading.Event]:
+    """The ledger's writer lock held by another process's long write (as a sweep holds it)
+    until the event yielded is set."""
+    from janitor.ledger.db import Ledger
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        ledger = Ledger(s.setup.ledger)
+        try:
+            with ledger.write():
+                held.set()
+                release.wait(60)
+        finally:
+            ledger.close()
+
+    thread = threading.Thread(target=hold, name="ledger-held", daemon=True)
+    thread.start()
+    assert held.wait(10), "the ledger's writer lock was not taken"
+    try:
+        yield release
+    finally:
+        release.set()
+        thread.join(10)
+
+
+@pytest.mark.usefixtures("front_end")
+def test_a_probe_answered_as_the_daemon_stops_is_marked_before_it_exits(tmp_path: Path) -> None:
+    """The daemon answers a probe from a read-only look and marks the entry once the answer
+    is sent: the prober's ffprobe runs at once, even while the ledger's writer lock is held
+    elsewhere. A daemon asked to stop meanwhile (a service restart) finishes that mark before
+    it exits, the lock let go within its second of grace: a stop never loses a mark whose
+    ffprobe already ran."""
+    with site(tmp_path) as s:
+        wav = entry(s, 2)
+        with running_daemon(s.setup) as d, ledger_held(s) as release, prober(s, wav) as worker:
+            code, out, _ = probe_result(s, wav)
+            assert (code, out.strip()) == (0, "2.000000")
+            d.proc.send_signal(signal.SIGTERM)
+            try:  # one that left its mark behind is gone by now (it stops in ~0.2 s)
+                d.proc.wait(0.6)
+            except subprocess.TimeoutExpired:
+                pass
+            release.set()  # within the second of grace a stopping API gives what it started
+            assert d.proc.wait(10) == 0, d.stderr()
+            marks = awaiting(s)  # read from the ledger: no daemon answers now
+            assert [(m["path"], m["prober_pid"]) for m in marks] == [(str(wav), worker.pid)]
 
 
 @pytest.mark.usefixtures("front_end")

@@ -10,12 +10,14 @@ never holds up the API.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
+from starlette.background import BackgroundTask
 
 from janitor.daemon.routes.answers import ERROR_RESPONSES, dumps, error_answer, json_answer
 from janitor.daemon.routes.models import ErrorOut, GuardCall, GuardRelease, GuardWait, ProbeCall
@@ -26,8 +28,11 @@ if TYPE_CHECKING:
     from janitor.daemon.view import DaemonView
     from janitor.guarding.ffmpeg import Probe
     from janitor.guarding.prepare import Prepared
+    from janitor.guarding.probe_call import AwaitingUse
 
 __all__ = ["guard_router"]
+
+log = logging.getLogger("janitor.daemon")
 
 #: How long a queued call's place is kept for a guard that never comes back for it (killed
 #: between its two calls): longer than any wait could last.
@@ -40,10 +45,8 @@ class _GuardCalls:
     """The blocking halves of the guard's routes, run in the pool's threads, with what they
     keep between calls: the queued calls by ticket, and the guards' probes."""
 
-    def __init__(self, daemon: DaemonView, pool: ThreadPool) -> None:
+    def __init__(self, daemon: DaemonView) -> None:
         self.daemon = daemon
-        #: Work to run after an answer is handed back (janitor.guarding.probe_call's marking).
-        self.after = pool.after
         #: Queued calls by ticket, between their 202 answer and their wait (and since when).
         self._queued: dict[str, tuple[Prepared, float]] = {}
         self._queued_lock = threading.Lock()
@@ -68,18 +71,28 @@ class _GuardCalls:
             self._park(verdict.body["ticket"], verdict.prepared)
         return verdict.status, dumps(verdict.body)
 
-    def guard_probe(self, req: ProbeCall) -> tuple[int, bytes]:
+    def guard_probe(self, req: ProbeCall) -> tuple[int, bytes, AwaitingUse | None]:
+        """A probe decided from a read-only look: the answer, and the marks to make once it is
+        sent (:meth:`mark`)."""
         from janitor.guarding.probe_call import decide_probe
 
         if not os.path.isabs(req.cwd):
-            return error_answer("bad_request", f"cwd {req.cwd!r} is relative")
-        verdict = decide_probe(
-            self.daemon.janitor,
-            req.model_dump(),
-            policy_path=str(self.daemon.settings.policy_path),
-            defer=self.after,
+            return (*error_answer("bad_request", f"cwd {req.cwd!r} is relative"), None)
+        decided = decide_probe(
+            self.daemon.janitor, req.model_dump(), policy_path=str(self.daemon.settings.policy_path)
         )
-        return verdict.status, dumps(verdict.body)
+        return decided.verdict.status, dumps(decided.verdict.body), decided.then
+
+    def mark(self, marks: AwaitingUse) -> None:
+        """A probe's marks, made after its answer was sent: an error is the daemon log's, as
+        nobody waits for it (the probe runs as it would without a mark)."""
+        from janitor.guarding.probe_call import mark_awaiting_use
+
+        try:
+            mark_awaiting_use(self.daemon.janitor, marks)
+        except Exception:
+            names = ", ".join(e.path for e in marks.entries)
+            log.exception("marking %s awaiting use failed", names)
 
     def guard_call_wait(self, req: GuardWait) -> tuple[int, bytes]:
         from janitor.guarding.verdict import decide_wait
@@ -138,7 +151,7 @@ class _GuardCalls:
 def guard_router(daemon: DaemonView, pool: ThreadPool) -> APIRouter:
     """The guard's routes over ``daemon``: their blocking halves run in ``pool``, the waits of
     queued calls in a pool of their own."""
-    calls = _GuardCalls(daemon, pool)
+    calls = _GuardCalls(daemon)
     # Queued calls wait in threads of their own, so a queue never holds up the API.
     waits = ThreadPool(max_workers=256, name="janitor-api-wait")
     router = APIRouter()
@@ -184,8 +197,13 @@ def guard_router(daemon: DaemonView, pool: ThreadPool) -> APIRouter:
         awaiting use for its caller; ``exec`` (run the real ffprobe) or ``refuse`` (507: a cached
         WAV whose alignment could never fit in the caller's ``TMPDIR``), with the lines to print
         and log."""
-        status, body = await pool.run(calls.guard_probe, req)
-        return json_answer(body, status)
+        status, body, then = await pool.run(calls.guard_probe, req)
+        answer = json_answer(body, status)
+        if then is not None:
+            # Marked once the answer is sent: the prober's ffprobe runs meanwhile, and its
+            # first cut, which needs the mark, comes after UTR (janitor.guarding.probe_call).
+            answer.background = BackgroundTask(pool.run, calls.mark, then)
+        return answer
 
     @router.post(
         "/v1/guard/call/wait",
