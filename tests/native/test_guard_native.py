@@ -690,8 +690,11 @@ def test_shim_status_and_doctor_say_which_front_end_and_why(
 
 
 def test_no_compiler_or_one_that_fails_means_the_python_guard_said_why(
-    run_cli: Cli, tmp_path: Path, janitor_env: Any
+    run_cli: Cli, tmp_path: Path, janitor_env: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A build folder of its own: the failure it remembers there is this test's alone (the
+    # session's folder is shared by every worker of the run).
+    monkeypatch.setenv("JANITOR_NATIVE_DIR", str(tmp_path / "native"))
     folder = tmp_path / "bin"
     empty = tmp_path / "empty-path"
     empty.mkdir()
