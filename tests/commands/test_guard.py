@@ -26,6 +26,7 @@ import pytest
 
 from tests._daemon_helpers import daemon_setup, eventually, running_daemon
 from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.guard import install_guard
 from tests._fixtures.pipeline import PCM_RATE, REAL_FFMPEG, SIM, Pipeline
 from tests._fixtures.space import MiB, fill_file, free_of
 from tests.scenarios.test_e2e_ffmpeg import FreeSampler
@@ -414,11 +415,10 @@ def pipeline_sim_env() -> None:
 
 
 @pytest.fixture
-def guard(run_cli: Cli, tmp_path: Path) -> Path:
-    """The guard installed by `janitor shim install --dir`, first on this process's PATH."""
+def guard(tmp_path: Path) -> Path:
+    """The guard `janitor shim install --dir` writes (tests._fixtures.guard)."""
     folder = tmp_path / "bin"
-    done = run_cli("shim", "install", "--dir", folder)
-    assert done.returncode == 0, done.stderr
+    install_guard(folder)
     return folder / "ffmpeg"
 
 
@@ -694,6 +694,29 @@ def test_an_output_on_a_volume_the_policy_does_not_cover_runs_unguarded(
 
 
 # -- the shim ------------------------------------------------------------------------------------
+
+
+def test_the_guard_the_tests_install_is_what_shim_install_writes(
+    run_cli: Cli, tmp_path: Path, front_end: str
+) -> None:
+    """tests._fixtures.guard.install_guard, which most guard tests install with, writes what the
+    console script `janitor shim install --dir` writes, to the byte and the mode, for each front
+    end; and then what it writes is current for the command (`shim status`)."""
+    by_cli, in_process = tmp_path / "cli", tmp_path / "in-process"
+    done = run_cli("shim", "install", "--dir", by_cli)
+    assert done.returncode == 0, done.stderr
+    assert f"the {front_end} front end" in done.stderr, done.stderr
+    assert install_guard(in_process).kind == front_end
+
+    def files(folder: Path) -> dict[str, tuple[bytes, int]]:
+        return {f.name: (f.read_bytes(), f.stat().st_mode) for f in sorted(folder.iterdir())}
+
+    assert files(in_process) == files(by_cli)
+    assert len(files(by_cli)) == (4 if front_end == "compiled" else 2)
+    status = run_cli("shim", "status", "--dir", in_process, "--json")
+    state = json.loads(status.stdout)
+    assert state["installed"] and state["current"], state
+    assert state["front_end"]["kind"] == front_end, state
 
 
 def test_shim_install_status_uninstall(run_cli: Cli, tmp_path: Path) -> None:

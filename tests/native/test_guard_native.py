@@ -35,6 +35,7 @@ from janitor.guarding import mark, protocol
 from janitor.host.fastpaths import PORTABLE
 from tests._daemon_helpers import eventually, socket_answers
 from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.guard import install_guard
 from tests._fixtures.pipeline import PCM_RATE, REAL_FFMPEG, Pipeline
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
@@ -190,11 +191,11 @@ def own_daemon(vol: Pipeline, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 
 
 @pytest.fixture
-def guard_bin(run_cli: Cli, tmp_path: Path, front_end: str) -> Path:
+def guard_bin(tmp_path: Path, front_end: str) -> Path:
+    """The guard `janitor shim install --dir` writes (tests._fixtures.guard), of the front end
+    the test asks for."""
     folder = tmp_path / "bin"
-    done = run_cli("shim", "install", "--dir", folder)
-    assert done.returncode == 0, done.stderr
-    assert f"the {front_end} front end" in done.stderr, done.stderr
+    assert install_guard(folder).kind == front_end
     return folder / "ffmpeg"
 
 

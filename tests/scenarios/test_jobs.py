@@ -28,6 +28,7 @@ import pytest
 
 from tests._daemon_helpers import DaemonSetup, daemon_setup, eventually, running_daemon
 from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.guard import install_guard
 from tests._fixtures.pipeline import PCM_RATE, Pipeline, sim_command
 from tests._fixtures.space import MiB, fill_file, free_of
 from tests.commands.test_guard import log_of, report_of
@@ -121,8 +122,7 @@ def site(
         setup.write_policy(trees=trees)
         setup.trees = trees
         bin_dir = tmp_path / "bin"
-        done = setup.run_cli("shim", "install", "--dir", str(bin_dir))
-        assert done.returncode == 0, done.stderr
+        install_guard(bin_dir, setup.env())  # what `janitor shim install --dir` writes
         yield Site(setup, setup.tree, tmp, bin_dir)
 
 
