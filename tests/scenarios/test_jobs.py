@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from tests._daemon_helpers import DaemonSetup, daemon_setup, eventually, running_daemon
-from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.console import JANITOR_BIN, janitor_json
 from tests._fixtures.guard import install_guard
 from tests._fixtures.pipeline import PCM_RATE, Pipeline, sim_command
 from tests._fixtures.space import MiB, fill_file, free_of
@@ -87,10 +87,14 @@ class Site:
         return self.setup.run_cli(*args, **env)
 
     def log(self) -> list[dict[str, Any]]:
-        done = self.cli("log", "--json")
-        assert done.returncode == 0, done.stderr
-        entries: list[dict[str, Any]] = json.loads(done.stdout)
+        """``janitor log --json``'s entries (run in this process: tests._fixtures.console)."""
+        entries: list[dict[str, Any]] = janitor_json("log", "--json", env=self.setup.env())
         return entries
+
+    def status(self) -> dict[str, Any]:
+        """``janitor status --json`` (run in this process: tests._fixtures.console)."""
+        status: dict[str, Any] = janitor_json("status", "--json", env=self.setup.env())
+        return status
 
     def folders(self) -> list[Path]:
         return sorted(self.tmp.glob(".tmp*"))
@@ -339,7 +343,7 @@ def test_a_sigkilled_writers_folder_is_removed_by_the_daemon_within_seconds(
             killed = time.monotonic()
             eventually(lambda: not mine.exists(), timeout=30, what="the orphan's removal")
             gone_after = time.monotonic() - killed
-            status = json.loads(s.cli("status", "--json").stdout)
+            status = s.status()
             kept = [f for f in s.folders() if f not in (other,)]
             live.kill()
             finish(live)
@@ -383,7 +387,7 @@ def test_run_removes_only_what_is_its_own(
 
 
 def test_run_keeps_a_daemonized_childs_folder_and_its_guard(
-    tmp_path: Path, m4a: Callable[[float], Path], pipeline: Callable[..., Pipeline], run_cli: Cli
+    tmp_path: Path, m4a: Callable[[float], Path], pipeline: Callable[..., Pipeline]
 ) -> None:
     """A command that daemonizes (double fork, setsid) and goes on cutting after it exits:
     ``janitor run`` ends, keeps the child's live folder (its writer runs) and leaves the guard
@@ -406,7 +410,7 @@ def test_run_keeps_a_daemonized_childs_folder_and_its_guard(
                       what="the child's 8 cuts")  # fmt: skip
     assert all(c["bytes"] == 2 * PCM_RATE for c in cuts)
     eventually(lambda: p.job_folders() == [], timeout=30, what="the child to finish")
-    log = log_of(run_cli)
+    log = log_of()
     sets = [e for e in log if e["event"] == "grant" and e["detail"].get("job_id")]
     assert len(sets) == 1 and sets[0]["path"] == os.path.dirname(cuts[0]["path"]), sets
     assert not [e for e in log if e["event"] == "delete"], log  # nothing was removed under it
@@ -422,7 +426,7 @@ def test_job_records_survive_a_daemon_restart(tmp_path: Path, m4a: Callable[[flo
                 "--groups", "6", "--group-s", "5", "--pause-s", "1.0", "--report", report, m4a(40)
             )
             eventually(lambda: len(cuts_of(report)) >= 1, timeout=60, what="a first cut")
-        jobs_between = json.loads(s.cli("status", "--json").stdout)["jobs"]
+        jobs_between = s.status()["jobs"]
         with running_daemon(s.setup):
             code, _, err = finish(proc)
         log = s.log()
