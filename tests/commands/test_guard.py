@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from tests._daemon_helpers import daemon_setup, eventually, running_daemon
-from tests._fixtures.console import JANITOR_BIN, janitor_json
+from tests._fixtures.console import JANITOR_BIN, janitor_in_process, janitor_json
 from tests._fixtures.guard import install_guard
 from tests._fixtures.pipeline import PCM_RATE, REAL_FFMPEG, SIM, Pipeline
 from tests._fixtures.space import MiB, fill_file, free_of
@@ -359,13 +359,13 @@ def test_a_cached_wav_a_job_keeps_cutting_from_is_never_evicted(
     sweeps: list[subprocess.CompletedProcess[str]] = []
     stop = threading.Event()
 
-    def press() -> None:
-        while not stop.is_set():
-            sweeps.append(run_cli("sweep", "media_cache"))
+    def press() -> None:  # three times a second (janitor's own commands, in this process)
+        while not stop.wait(0.3):
+            sweeps.append(janitor_in_process("sweep", "media_cache"))
             # make-room: a reservation in the temp tree that only eviction could fit
-            got = run_cli("reserve", "job_tmp", "20MiB", "--json", "--ttl", "5s")
+            got = janitor_in_process("reserve", "job_tmp", "20MiB", "--json", "--ttl", "5s")
             if got.returncode == 0:
-                run_cli("release", json.loads(got.stdout)["id"])
+                janitor_in_process("release", json.loads(got.stdout)["id"])
 
     try:
         wav = eventually(
