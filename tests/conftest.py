@@ -26,8 +26,12 @@ Fixtures (function scoped unless said), by module of ``tests/_fixtures/``:
 ``console``   ``run_cli("status", "--json") -> CompletedProcess``: the real console script;
               ``run_cli_many([args, ...])``: several at once; ``assert_one_line(stderr)``.
 ``holder``    ``holder(policy, tree, nbytes) -> Holder``: a process holding a reservation.
-``pipeline``  ``m4a(seconds) -> Path``: a mono AAC recording (module scoped; real ffmpeg);
-              ``pipeline("64m") -> Pipeline``: batchalign3's two trees on a tmpfs.
+``media``     ``m4a(seconds) -> Path``: a mono AAC recording (real ffmpeg); ``media_store`` makes
+              any other recording; both once for the run, shared by every worker (read-only).
+``pipeline``  ``pipeline("64m") -> Pipeline``: batchalign3's two trees on a tmpfs.
+
+Beside them, ``guard.install_guard(folder, env)`` writes the guard ``janitor shim install --dir``
+writes, in the test's process (for the tests that run the guard and are not about installing it).
 """
 
 import pytest
@@ -44,6 +48,7 @@ pytest_plugins = [
     "tests._fixtures.volumes",
     "tests._fixtures.console",
     "tests._fixtures.holder",
+    "tests._fixtures.media",
     "tests._fixtures.pipeline",
 ]
 

@@ -47,8 +47,14 @@ class JanitorEnv:
 @pytest.fixture(scope="session")
 def native_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One folder for the C helpers the janitor builds (``JANITOR_NATIVE_DIR``), for the whole
-    session: built once, by the first test that needs one, not once per test's cache dir."""
-    return tmp_path_factory.mktemp("native")
+    run: built once, by the first test that needs one, not once per test's cache dir nor once
+    per pytest-xdist worker (the workers share the run's temporary root). Two workers building
+    the same helper at once is safe: janitor.host.cbuild compiles under a temporary name and
+    renames the program into place. A test that makes a build fail uses a folder of its own."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "native"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 @pytest.fixture(autouse=True)

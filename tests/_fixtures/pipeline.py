@@ -1,11 +1,10 @@
-"""The pipeline: real media made by ffmpeg, and batchalign3's two trees on a tmpfs with the
-policy that names them; the simulator's command line (``tests/pipeline_sim.py``)."""
+"""The pipeline: batchalign3's two trees on a tmpfs with the policy that names them, and the
+simulator's command line (``tests/pipeline_sim.py``); its media are made once for the run
+(:mod:`tests._fixtures.media`)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,59 +12,23 @@ from pathlib import Path
 
 import pytest
 
+from tests._fixtures.media import REAL_FFMPEG
+
 __all__ = [
     "PCM_RATE",
     "REAL_FFMPEG",
     "SIM",
     "WAV_RATE",
     "Pipeline",
-    "m4a",
     "pipeline",
     "sim_command",
 ]
 
 
 SIM = Path(__file__).resolve().parents[1] / "pipeline_sim.py"
-REAL_FFMPEG = shutil.which("ffmpeg") or "ffmpeg"
 
 PCM_RATE = 64_000  # 16 kHz mono f32le
 WAV_RATE = 32_000  # 16 kHz mono s16le
-
-
-@pytest.fixture(scope="module")
-def m4a(tmp_path_factory: pytest.TempPathFactory) -> Callable[[float], Path]:
-    """``m4a(seconds)``: a mono AAC recording of that length (made once per length)."""
-    folder = tmp_path_factory.mktemp("media")
-    made: dict[float, Path] = {}
-
-    def make(seconds: float) -> Path:
-        if seconds not in made:
-            out = folder / f"talk-{seconds:g}s.m4a"
-            subprocess.run(
-                [
-                    REAL_FFMPEG,
-                    "-nostdin",
-                    "-loglevel",
-                    "error",
-                    "-y",
-                    "-f",
-                    "lavfi",
-                    "-i",
-                    f"sine=frequency=440:duration={seconds}",
-                    "-ac",
-                    "1",
-                    "-c:a",
-                    "aac",
-                    "-b:a",
-                    "24k",
-                    str(out),
-                ],
-                check=True,
-            )
-            made[seconds] = out
-        return made[seconds]
-
-    return make
 
 
 def sim_command(cache: Path, tmp: Path, *args: str | os.PathLike[str]) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from janitor.config.settings import shipped_policy_path
-from tests._fixtures.console import JANITOR_BIN, one_line_error
+from tests._fixtures.console import JANITOR_BIN, janitor_in_process, one_line_error
 from tests._fixtures.env import JanitorEnv
 from tests._fixtures.policies import SHIPPED_TREES
 from tests._fixtures.space import MiB, free_of
@@ -351,6 +351,37 @@ def test_status_json_shape(
     assert (r["id"], r["job"], r["bytes"], r["owner_pid"]) == (rid, "asr", 7 * MiB, os.getpid())
     text = _ok(wide).stdout
     assert rid in text and "asr" in text and str(vol.mount) in text
+
+
+def test_a_command_run_in_process_says_what_the_console_script_says(
+    managed_volume: MakeVolume, run_cli: Cli, fill: Callable[..., Path], tmp_path: Path
+) -> None:
+    """tests._fixtures.console.janitor_in_process, which the scenario tests read the log and the
+    status with, gives what the console script gives: the same stdout (the status's ``time``
+    aside), stderr and exit code, in this process's environment or in the one it is given."""
+    vol = managed_volume("64m", floor="4MiB", quota="32MiB")
+    fill(vol.tree / "a.bin", 3 * MiB)
+    _lib_reserve(vol, 7 * MiB, job="asr")
+    released = _lib_reserve(vol, MiB)
+    _ok(run_cli("release", released))
+    other = tmp_path / "other.toml"
+    other.write_text(f'[volume]\nfloor = "1MiB"\n[trees.u]\nrole = "cache"\npath = "{vol.tree}"\n')
+    for args, env in [
+        (("log", "--json"), {}),
+        (("status", "--json"), {}),
+        (("status", "--json"), {"JANITOR_POLICY": str(other)}),
+        (("reserve", "nope", "1MiB"), {}),  # an unknown tree: one line, exit 2
+    ]:
+        by_script = run_cli(*args, env=env)
+        in_process = janitor_in_process(*args, env={**os.environ, **env})
+        said = [(d.returncode, d.stderr) for d in (by_script, in_process)]
+        assert said[0] == said[1], (args, said)
+        shown = [d.stdout for d in (by_script, in_process)]
+        if args[0] == "status":
+            shown = [json.loads(out) | {"time": 0} for out in shown]
+            assert shown[0]["policy"] == str(other if env else vol.policy), shown[0]
+        assert shown[0] == shown[1], args
+        assert shown[0] or by_script.returncode == 2, args
 
 
 def test_status_table_shows_whole_ids_at_80_columns(

@@ -12,6 +12,7 @@ the docs' command line page lists every command there is.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import typer
 from janitor.cli.app import app
 from janitor.cli.argv import hoist
 from janitor.cli.labels import LABELS, finish_help, label, walk
-from tests._fixtures.console import one_line_error
+from tests._fixtures.console import janitor_in_process, one_line_error
 from tests._fixtures.env import JanitorEnv
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
@@ -49,9 +50,20 @@ def _paths() -> list[tuple[str, ...]]:
 
 
 def test_every_help_page_names_values_in_words(run_cli_many: Any) -> None:
+    """Every page, printed by janitor's entry point in this process (a Python start each would
+    cost the suite 8 CPU-seconds); the console script prints the same pages (three of them
+    checked: the root's, a group's, a command's)."""
     paths = _paths()
     assert ("run",) in paths and ("service", "install") in paths
-    results = run_cli_many([(*p, "--help") for p in paths], env={"COLUMNS": "100"})
+    env = {**os.environ, "COLUMNS": "100"}
+    results = [janitor_in_process(*p, "--help", env=env) for p in paths]
+    by_path = dict(zip(paths, results, strict=True))
+    sample = [(), ("service",), ("run",)]
+    by_script = run_cli_many([(*p, "--help") for p in sample], env={"COLUMNS": "100"})
+    for path, done in zip(sample, by_script, strict=True):
+        assert (done.returncode, done.stdout, done.stderr) == (
+            by_path[path].returncode, by_path[path].stdout, by_path[path].stderr
+        ), path  # fmt: skip
     for path, done in zip(paths, results, strict=True):
         page = done.stdout
         assert done.returncode == 0, (path, done.stderr)
@@ -59,15 +71,15 @@ def test_every_help_page_names_values_in_words(run_cli_many: Any) -> None:
         found = TYPE_LABEL.findall(page)
         assert not found, f"janitor {' '.join(path)} --help shows {found}:\n{page}"
         assert "...}..." not in page and "<" not in page, page
-    by_path = dict(zip(paths, (r.stdout for r in results), strict=True))
-    lines = {ln.strip("│ ").split()[0]: ln for ln in by_path[("run",)].splitlines() if "--" in ln}
+    page = {path: done.stdout for path, done in by_path.items()}
+    lines = {ln.strip("│ ").split()[0]: ln for ln in page[("run",)].splitlines() if "--" in ln}
     assert re.search(r"--concurrency\s+N\s+Files", lines["--concurrency"])
     assert re.search(r"--media\s+PATH\s+Media", lines["--media"])
     assert re.search(r"--keep\s+Leave", lines["--keep"])  # a flag: no label at all
-    assert "Usage: janitor run [OPTIONS] -- {COMMAND}..." in by_path[("run",)]
-    assert re.search(r"--policy\s+FILE\s+Policy file", by_path[()])
-    assert re.search(r"--ttl\s+DURATION\s+", by_path[("reserve",)])
-    assert "Usage: janitor reserve [OPTIONS] {TREE} {SIZE}" in by_path[("reserve",)]
+    assert "Usage: janitor run [OPTIONS] -- {COMMAND}..." in page[("run",)]
+    assert re.search(r"--policy\s+FILE\s+Policy file", page[()])
+    assert re.search(r"--ttl\s+DURATION\s+", page[("reserve",)])
+    assert "Usage: janitor reserve [OPTIONS] {TREE} {SIZE}" in page[("reserve",)]
 
 
 def test_every_option_that_takes_a_value_has_a_label() -> None:

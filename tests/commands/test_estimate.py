@@ -22,6 +22,7 @@ from janitor.commands.estimate import WAV_HEADER_BYTES, pcm_bytes
 from janitor.errors import ConfigError
 from janitor.guarding.ffmpeg import wav_header_bytes
 from tests._fixtures.console import JANITOR_BIN, one_line_error
+from tests._fixtures.media import MediaStore, speech
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -52,18 +53,23 @@ def sine(out: Path, seconds: int, *extra: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def media(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Inputs made once per module: a 120 s mono mp3 at 32k, exact-length flac and wav, and a
+def media(media_store: MediaStore) -> dict[str, Path]:
+    """Inputs made once for the run: a 120 s mono mp3 at 32k, exact-length flac and wav, and a
     short mp3 with tags."""
     if shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None:
         pytest.skip("ffmpeg/ffprobe not installed (Debian package ffmpeg; .ci/run installs it)")
-    d = tmp_path_factory.mktemp("media")
+
+    def tone(name: str, seconds: int, *extra: str) -> Path:  # sine()'s tone, in the store
+        return media_store.make(name, *speech(seconds, rate=44100), *extra)
+
     return {
-        "mp3-120s": sine(d / "long.mp3", 120, "-ac", "1", "-b:a", "32k"),
-        "flac-10s-44k": sine(d / "short.flac", 10, "-ac", "1", "-ar", "44100", "-c:a", "flac"),
-        "wav-10s-16k": sine(d / "short.wav", 10, "-ac", "1", "-ar", "16000", "-c:a", "pcm_s16le"),
+        "mp3-120s": tone("tone-120s-32k.mp3", 120, "-ac", "1", "-b:a", "32k"),
+        "flac-10s-44k": tone("tone-10s-44k.flac", 10, "-ac", "1", "-ar", "44100", "-c:a", "flac"),
+        "wav-10s-16k": tone(
+            "tone-10s-16k.wav", 10, "-ac", "1", "-ar", "16000", "-c:a", "pcm_s16le"
+        ),
         # tags (title, a long comment) that ffmpeg copies into the WAV's LIST/INFO chunk
-        "mp3-10s-tagged": sine(d / "tagged.mp3", 10, "-ac", "1", "-b:a", "32k", *TAGS),
+        "mp3-10s-tagged": tone("tone-10s-32k-tagged.mp3", 10, "-ac", "1", "-b:a", "32k", *TAGS),
     }
 
 

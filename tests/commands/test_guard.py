@@ -25,7 +25,8 @@ import psutil
 import pytest
 
 from tests._daemon_helpers import daemon_setup, eventually, running_daemon
-from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.console import JANITOR_BIN, janitor_in_process, janitor_json
+from tests._fixtures.guard import install_guard
 from tests._fixtures.pipeline import PCM_RATE, REAL_FFMPEG, SIM, Pipeline
 from tests._fixtures.space import MiB, fill_file, free_of
 from tests.scenarios.test_e2e_ffmpeg import FreeSampler
@@ -41,21 +42,18 @@ pytestmark = [
 ]
 
 
-def log_of(run_cli: Cli) -> list[dict[str, Any]]:
-    done = run_cli("log", "--json")
-    assert done.returncode == 0, done.stderr
-    entries: list[dict[str, Any]] = json.loads(done.stdout)
+def log_of() -> list[dict[str, Any]]:
+    """``janitor log --json``'s entries (run in this process: tests._fixtures.console)."""
+    entries: list[dict[str, Any]] = janitor_json("log", "--json")
     return entries
 
 
-def assert_nothing_held(run_cli: Cli, *, killed: bool = False) -> list[dict[str, Any]]:
+def assert_nothing_held(*, killed: bool = False) -> list[dict[str, Any]]:
     """No reservation or pin is left, and every grant was released (not reaped); with
     ``killed``, a job's working set may have ended with its dead writer instead."""
-    done = run_cli("status", "--json")
-    assert done.returncode == 0, done.stderr
-    status = json.loads(done.stdout)
+    status = janitor_json("status", "--json")
     assert status["reservations"] == [], status["reservations"]
-    entries = log_of(run_cli)
+    entries = log_of()
     granted = {e["reservation"] for e in entries if e["event"] == "grant"}
     ended = {"release", "dead"} if killed else {"release"}
     released = {e["reservation"] for e in entries if e["event"] in ended}
@@ -91,7 +89,7 @@ def test_a_job_that_fits_has_every_write_reserved_at_its_size(
     assert done.returncode == 0, done.stderr
     writes = report_of(report)
     assert len(writes) == 5, writes  # the cache WAV, three group PCMs, the whole-file PCM
-    entries = assert_nothing_held(run_cli)
+    entries = assert_nothing_held()
     grants = {e["path"]: e for e in entries if e["event"] == "grant"}
     for w in writes:
         if "fa_v2" in w["path"]:
@@ -226,7 +224,7 @@ def test_without_require_fit_the_first_write_that_cannot_fit_fails_above_the_flo
     assert sampler.min_free >= 4 * MiB, sampler.min_free
     assert len(list(p.cache.glob("*.wav"))) == 1  # the conversion before it went through
     assert p.job_folders() == []
-    log = log_of(run_cli)
+    log = log_of()
     assert [e for e in log if e["event"] == "refuse" and "fa_v2" in (e["path"] or "")], log
 
 
@@ -234,7 +232,7 @@ def test_without_require_fit_the_first_write_that_cannot_fit_fails_above_the_flo
 
 
 def test_an_outside_writer_makes_the_guard_stop_ffmpeg_above_zero(
-    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli, tmp_path: Path
+    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], tmp_path: Path
 ) -> None:
     p = pipeline("64m", floor="8MiB")
     src = m4a(150)  # whole-file PCM 9.6 MB, read at 8x: ~19 s of writing
@@ -271,7 +269,7 @@ def test_an_outside_writer_makes_the_guard_stop_ffmpeg_above_zero(
     assert "1 stopped early" in err or "stopped" in err
     assert p.job_folders() == []
     hog.unlink()
-    assert_nothing_held(run_cli)
+    assert_nothing_held()
 
 
 # -- (d) a SIGKILLed job -------------------------------------------------------------------------
@@ -295,7 +293,7 @@ def _sim_process(run: subprocess.Popen[str]) -> psutil.Process:
 
 
 def test_a_sigkilled_job_leaves_nothing_behind(
-    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], run_cli: Cli, tmp_path: Path
+    pipeline: Callable[..., Pipeline], m4a: Callable[[float], Path], tmp_path: Path
 ) -> None:
     p = pipeline("64m")
     other = p.tmp / ".tmpNOTOURS"  # another program's temp folder, made before the run
@@ -330,7 +328,7 @@ def test_a_sigkilled_job_leaves_nothing_behind(
     assert "removed 1 job folder left behind" in err and mine[0].name in err, err
     assert (other / "fa_v2" / "keep.pcm").read_bytes() == b"x" * 4096  # not the run's: kept
     assert len(list(p.cache.glob("*.wav"))) == 1  # the cache is not a leftover
-    assert_nothing_held(run_cli, killed=True)
+    assert_nothing_held(killed=True)
 
 
 # -- (e) a cached WAV being cut from is not evicted ---------------------------------------------
@@ -361,13 +359,13 @@ def test_a_cached_wav_a_job_keeps_cutting_from_is_never_evicted(
     sweeps: list[subprocess.CompletedProcess[str]] = []
     stop = threading.Event()
 
-    def press() -> None:
-        while not stop.is_set():
-            sweeps.append(run_cli("sweep", "media_cache"))
+    def press() -> None:  # three times a second (janitor's own commands, in this process)
+        while not stop.wait(0.3):
+            sweeps.append(janitor_in_process("sweep", "media_cache"))
             # make-room: a reservation in the temp tree that only eviction could fit
-            got = run_cli("reserve", "job_tmp", "20MiB", "--json", "--ttl", "5s")
+            got = janitor_in_process("reserve", "job_tmp", "20MiB", "--json", "--ttl", "5s")
             if got.returncode == 0:
-                run_cli("release", json.loads(got.stdout)["id"])
+                janitor_in_process("release", json.loads(got.stdout)["id"])
 
     try:
         wav = eventually(
@@ -401,7 +399,7 @@ def test_a_cached_wav_a_job_keeps_cutting_from_is_never_evicted(
     cuts = [w for w in report_of(report) if "fa_v2" in w["path"]]
     assert len(cuts) == 8 and all(c["bytes"] == 5 * PCM_RATE for c in cuts), cuts
     assert len([w for w in report_of(report) if w["path"].endswith(".tmp.wav")]) == 1
-    deleted = [e for e in log_of(run_cli) if e["event"] == "delete"]
+    deleted = [e for e in log_of() if e["event"] == "delete"]
     assert deleted and all(wav[0].name not in (e["path"] or "") for e in deleted), deleted
 
 
@@ -414,11 +412,10 @@ def pipeline_sim_env() -> None:
 
 
 @pytest.fixture
-def guard(run_cli: Cli, tmp_path: Path) -> Path:
-    """The guard installed by `janitor shim install --dir`, first on this process's PATH."""
+def guard(tmp_path: Path) -> Path:
+    """The guard `janitor shim install --dir` writes (tests._fixtures.guard)."""
     folder = tmp_path / "bin"
-    done = run_cli("shim", "install", "--dir", folder)
-    assert done.returncode == 0, done.stderr
+    install_guard(folder)
     return folder / "ffmpeg"
 
 
@@ -470,14 +467,14 @@ def _untimed(stderr: bytes) -> list[bytes]:
     ids=["version", "null-muxer", "pipe-to-stdout", "missing-input", "no-output", "unknown-opt"],
 )
 def test_calls_it_cannot_estimate_behave_exactly_as_bare_ffmpeg(
-    guard: Path, wav_on_volume: Path, args: list[str], run_cli: Cli
+    guard: Path, wav_on_volume: Path, args: list[str]
 ) -> None:
     guarded, bare = _both(guard, args, wav_on_volume.parent)
     assert guarded.returncode == bare.returncode
     assert guarded.stdout == bare.stdout
     # line for line (bar ffmpeg's own timing figures): nothing of ours is added
     assert _untimed(guarded.stderr) == _untimed(bare.stderr)
-    entries = log_of(run_cli)
+    entries = log_of()
     assert not [e for e in entries if e["event"] in ("grant", "refuse")], entries
 
 
@@ -542,7 +539,7 @@ def test_ffmpeg_version_is_execd_before_the_estimator_loads_and_is_not_logged(
 
 
 def test_a_guarded_write_gives_the_same_file_and_exit_as_bare_ffmpeg(
-    guard: Path, wav_on_volume: Path, run_cli: Cli
+    guard: Path, wav_on_volume: Path
 ) -> None:
     args = [
         "-hide_banner",
@@ -570,7 +567,7 @@ def test_a_guarded_write_gives_the_same_file_and_exit_as_bare_ffmpeg(
     assert guarded.returncode == bare.returncode == 0, guarded.stderr
     assert guarded.stderr == bare.stderr == b""
     assert (folder / "g.pcm").read_bytes() == (folder / "b.pcm").read_bytes()
-    grants = [e for e in log_of(run_cli) if e["event"] == "grant"]
+    grants = [e for e in log_of() if e["event"] == "grant"]
     assert [(g["path"], g["bytes"]) for g in grants] == [(str(folder / "g.pcm"), PCM_RATE)]
 
 
@@ -631,7 +628,7 @@ def test_the_guard_never_runs_itself(guard: Path, tmp_path: Path) -> None:
 
 
 def test_an_output_outside_every_tree_is_held_to_its_volumes_floor(
-    pipeline: Callable[..., Pipeline], guard: Path, run_cli: Cli, m4a: Callable[[float], Path]
+    pipeline: Callable[..., Pipeline], guard: Path, m4a: Callable[[float], Path]
 ) -> None:
     p = pipeline("12m", floor="4MiB")  # 8 MiB above the floor; the PCM is 9.2 MiB
     loose = p.mount / "elsewhere"
@@ -662,14 +659,13 @@ def test_an_output_outside_every_tree_is_held_to_its_volumes_floor(
     small = [*args[:6], "-t", "5", *args[6:-1], "small.pcm"]
     done = subprocess.run([str(guard), *small], capture_output=True, text=True, cwd=loose)
     assert done.returncode == 0, done.stderr
-    grants = [e for e in log_of(run_cli) if e["event"] == "grant"]
+    grants = [e for e in log_of() if e["event"] == "grant"]
     assert [g["bytes"] for g in grants] == [5 * PCM_RATE], grants
 
 
 def test_an_output_on_a_volume_the_policy_does_not_cover_runs_unguarded(
     pipeline: Callable[..., Pipeline],
     guard: Path,
-    run_cli: Cli,
     tmpfs: Callable[..., Path],
     wav_on_volume: Path,
 ) -> None:
@@ -690,10 +686,33 @@ def test_an_output_on_a_volume_the_policy_does_not_cover_runs_unguarded(
     done = subprocess.run([str(guard), *args], capture_output=True, text=True, cwd=other)
     assert done.returncode == 0, done.stderr
     assert (other / "out.pcm").stat().st_size == 2 * PCM_RATE
-    assert not [e for e in log_of(run_cli) if e["event"] == "grant"]
+    assert not [e for e in log_of() if e["event"] == "grant"]
 
 
 # -- the shim ------------------------------------------------------------------------------------
+
+
+def test_the_guard_the_tests_install_is_what_shim_install_writes(
+    run_cli: Cli, tmp_path: Path, front_end: str
+) -> None:
+    """tests._fixtures.guard.install_guard, which most guard tests install with, writes what the
+    console script `janitor shim install --dir` writes, to the byte and the mode, for each front
+    end; and then what it writes is current for the command (`shim status`)."""
+    by_cli, in_process = tmp_path / "cli", tmp_path / "in-process"
+    done = run_cli("shim", "install", "--dir", by_cli)
+    assert done.returncode == 0, done.stderr
+    assert f"the {front_end} front end" in done.stderr, done.stderr
+    assert install_guard(in_process).kind == front_end
+
+    def files(folder: Path) -> dict[str, tuple[bytes, int]]:
+        return {f.name: (f.read_bytes(), f.stat().st_mode) for f in sorted(folder.iterdir())}
+
+    assert files(in_process) == files(by_cli)
+    assert len(files(by_cli)) == (4 if front_end == "compiled" else 2)
+    status = run_cli("shim", "status", "--dir", in_process, "--json")
+    state = json.loads(status.stdout)
+    assert state["installed"] and state["current"], state
+    assert state["front_end"]["kind"] == front_end, state
 
 
 def test_shim_install_status_uninstall(run_cli: Cli, tmp_path: Path) -> None:

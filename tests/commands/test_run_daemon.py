@@ -22,6 +22,7 @@ import pytest
 
 from janitor.config.settings import Settings
 from tests._daemon_helpers import JANITOR_BIN, eventually
+from tests._fixtures.guard import install_guard
 from tests._fixtures.pipeline import Pipeline
 
 pytestmark = pytest.mark.usefixtures("front_end")  # both front ends of the guard
@@ -207,7 +208,7 @@ def test_a_daemon_with_another_policy_is_named_by_run_guard_and_doctor(
 
         # The guard, called outside a run, says why it passed the daemon over.
         guard = tmp_path / "guardbin"
-        assert run_cli("shim", "install", "--dir", guard, env=env).returncode == 0
+        install_guard(guard, {**os.environ, **env})  # what `janitor shim install` writes
         out = p.cache / "direct.tmp.wav"
         call = subprocess.run(
             [guard / "ffmpeg", "-nostdin", "-y", "-i", m4a(5), "-acodec", "pcm_s16le", "-ar",

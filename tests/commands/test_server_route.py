@@ -25,6 +25,7 @@ import pytest
 from janitor.host import batchalign3
 from janitor.ledger.foreign import unfinished_jobs
 from tests._fixtures.console import one_line_error
+from tests._fixtures.guard import install_guard
 
 pytestmark = pytest.mark.usefixtures("front_end")  # both front ends of the guard
 
@@ -97,10 +98,10 @@ def cli_cmd(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def guard_bin(tmp_path: Path, run_cli: Cli) -> Path:
+def guard_bin(tmp_path: Path) -> Path:
+    """The guard `janitor shim install --dir` writes (tests._fixtures.guard)."""
     folder = tmp_path / "guardbin"
-    done = run_cli("shim", "install", "--dir", folder)
-    assert done.returncode == 0, done.stderr
+    install_guard(folder)
     return folder
 
 

@@ -34,7 +34,8 @@ from janitor.commands import guard, probe_guard, supervise, watch
 from janitor.guarding import mark, protocol
 from janitor.host.fastpaths import PORTABLE
 from tests._daemon_helpers import eventually, socket_answers
-from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.console import JANITOR_BIN, janitor_json
+from tests._fixtures.guard import install_guard
 from tests._fixtures.pipeline import PCM_RATE, REAL_FFMPEG, Pipeline
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
@@ -190,11 +191,11 @@ def own_daemon(vol: Pipeline, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 
 
 @pytest.fixture
-def guard_bin(run_cli: Cli, tmp_path: Path, front_end: str) -> Path:
+def guard_bin(tmp_path: Path, front_end: str) -> Path:
+    """The guard `janitor shim install --dir` writes (tests._fixtures.guard), of the front end
+    the test asks for."""
     folder = tmp_path / "bin"
-    done = run_cli("shim", "install", "--dir", folder)
-    assert done.returncode == 0, done.stderr
-    assert f"the {front_end} front end" in done.stderr, done.stderr
+    assert install_guard(folder).kind == front_end
     return folder / "ffmpeg"
 
 
@@ -214,10 +215,9 @@ def _cut(out: str | bytes, src: Path, *extra: str) -> list[str | bytes]:
             out]  # fmt: skip
 
 
-def _grants(run_cli: Cli) -> list[dict[str, Any]]:
-    done = run_cli("log", "--json")
-    assert done.returncode == 0, done.stderr
-    return [e for e in json.loads(done.stdout) if e["event"] == "grant"]
+def _grants() -> list[dict[str, Any]]:
+    """The grants in ``janitor log --json`` (run in this process: tests._fixtures.console)."""
+    return [e for e in janitor_json("log", "--json") if e["event"] == "grant"]
 
 
 # -- a daemon that misbehaves ----------------------------------------------------------------------
@@ -327,7 +327,6 @@ def test_a_daemon_that_answers_nonsense_or_hangs_never_breaks_the_call(
     guard_bin: Path,
     wav: Path,
     vol: Pipeline,
-    run_cli: Cli,
     front_end: str,
     fake_daemon: Callable[[Callable[[socket.socket], None]], FakeDaemon],
 ) -> None:
@@ -349,7 +348,7 @@ def test_a_daemon_that_answers_nonsense_or_hangs_never_breaks_the_call(
         handed = [ln for ln in lines if "the compiled front end handed this call over" in ln]
         assert len(handed) == 1, lines
         assert "reserved through the ledger" in "\n".join(lines), lines
-        assert [g["path"] for g in _grants(run_cli)] == [str(out)]
+        assert [g["path"] for g in _grants()] == [str(out)]
 
 
 @pytest.mark.parametrize("bits", ["plain", "portable"])
@@ -401,7 +400,7 @@ def test_a_queued_call_whose_daemon_dies_while_it_waits_still_runs(
 
 @pytest.mark.usefixtures("front_end")
 def test_a_long_argument_list_behaves_as_bare_ffmpeg(
-    guard_bin: Path, wav: Path, vol: Pipeline, run_cli: Cli
+    guard_bin: Path, wav: Path, vol: Pipeline
 ) -> None:
     """5000 arguments: more than the daemon takes in one call (4096): handed to the Python
     guard by the compiled one, guarded all the same."""
@@ -413,7 +412,7 @@ def test_a_long_argument_list_behaves_as_bare_ffmpeg(
                           timeout=120)  # fmt: skip
     assert (guarded.returncode, guarded.stderr) == (bare.returncode, bare.stderr) == (0, b"")
     assert out_g.read_bytes() == out_b.read_bytes()
-    assert [g["path"] for g in _grants(run_cli)] == [str(out_g)]
+    assert [g["path"] for g in _grants()] == [str(out_g)]
     # one argument of 100 KiB (no such file): ffmpeg's own failure, word for word
     long_name = "x" * 100_000 + ".wav"
     guarded = subprocess.run([str(guard_bin), "-hide_banner", "-i", long_name, "o.wav"],
@@ -435,7 +434,7 @@ ODD_NAMES = {
 @pytest.mark.usefixtures("front_end")
 @pytest.mark.parametrize("name", sorted(ODD_NAMES))
 def test_odd_bytes_in_names_give_the_same_file_as_bare_ffmpeg(
-    name: str, guard_bin: Path, wav: Path, vol: Pipeline, run_cli: Cli
+    name: str, guard_bin: Path, wav: Path, vol: Pipeline
 ) -> None:
     odd = ODD_NAMES[name]
     raw = odd if isinstance(odd, bytes) else odd.encode()
@@ -450,7 +449,7 @@ def test_odd_bytes_in_names_give_the_same_file_as_bare_ffmpeg(
     with open(g, "rb") as fg, open(b, "rb") as fb:
         assert fg.read() == fb.read()
     if isinstance(odd, str):  # text: reserved as the job's working set, under its name
-        grants = _grants(run_cli)
+        grants = _grants()
         assert [e["path"] for e in grants] == [str(folder)], grants
 
 
@@ -472,7 +471,7 @@ def test_a_guard_without_its_settings_runs_ffmpeg_as_it_is(
                           env=_env(alone / "ffmpeg"), timeout=60)  # fmt: skip
     assert done.returncode == 0 and done.stderr == b"", done.stderr
     assert out.stat().st_size == PCM_RATE
-    assert _grants(run_cli) == []
+    assert _grants() == []
     # a sidecar whose Python cannot run: the real ffmpeg, said in guard.log
     side = (folder / "ffmpeg.guard").read_text()
     (folder / "ffmpeg.guard").write_text(
@@ -492,7 +491,7 @@ def test_a_guard_without_its_settings_runs_ffmpeg_as_it_is(
 
 @pytest.mark.usefixtures("front_end", "own_daemon")
 def test_an_output_that_outgrows_its_reservation_is_stopped_and_removed(
-    guard_bin: Path, vol: Pipeline, run_cli: Cli, tmp_path: Path
+    guard_bin: Path, vol: Pipeline, tmp_path: Path
 ) -> None:
     """A WAV still being written (a streamed header: its length is whatever the file holds when
     it is probed) grows while ffmpeg reads it: the output passes its reservation, and the
@@ -541,7 +540,7 @@ def test_an_output_that_outgrows_its_reservation_is_stopped_and_removed(
     reached = float(re.search(r"reached ([0-9.]+) KiB", line).group(1))  # type: ignore[union-attr]
     assert reached * 1024 > reserved * 1.05 + 256 * 1024
     assert not out.exists()
-    grants = _grants(run_cli)
+    grants = _grants()
     assert [g["bytes"] for g in grants] == [reserved]
     reserved_lines = [ln for ln in _log_lines() if "reserved through the daemon" in ln]
     assert len(reserved_lines) == 1, _log_lines()
@@ -690,8 +689,11 @@ def test_shim_status_and_doctor_say_which_front_end_and_why(
 
 
 def test_no_compiler_or_one_that_fails_means_the_python_guard_said_why(
-    run_cli: Cli, tmp_path: Path, janitor_env: Any
+    run_cli: Cli, tmp_path: Path, janitor_env: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A build folder of its own: the failure it remembers there is this test's alone (the
+    # session's folder is shared by every worker of the run).
+    monkeypatch.setenv("JANITOR_NATIVE_DIR", str(tmp_path / "native"))
     folder = tmp_path / "bin"
     empty = tmp_path / "empty-path"
     empty.mkdir()
@@ -819,7 +821,7 @@ def test_both_front_ends_send_the_call_as_they_got_it_to_one_endpoint(
 
 
 def test_the_daemon_decides_a_call_whole_and_words_its_lines(
-    own_daemon: Path, vol: Pipeline, wav: Path, run_cli: Cli, tmp_path: Path
+    own_daemon: Path, vol: Pipeline, wav: Path, tmp_path: Path
 ) -> None:
     from tests._daemon_helpers import uds_client
 
@@ -867,4 +869,4 @@ def test_the_daemon_decides_a_call_whole_and_words_its_lines(
         assert r.status_code == 409 and r.json()["error"] == "policy_mismatch", r.text
         r = c.post("/v1/guard/call", json={**base, "cwd": "rel", "args": ["-version"]})
         assert r.status_code == 422, r.text
-    assert [e["path"] for e in _grants(run_cli)] == [str(vol.tmp / "o.pcm")]
+    assert [e["path"] for e in _grants()] == [str(vol.tmp / "o.pcm")]

@@ -61,9 +61,7 @@ def entry(s: Site, seconds: float, name: str = "a1") -> Path:
 
 
 def awaiting(s: Site) -> list[dict[str, Any]]:
-    done = s.cli("status", "--json")
-    assert done.returncode == 0, done.stderr
-    marks: list[dict[str, Any]] = json.loads(done.stdout)["awaiting"]
+    marks: list[dict[str, Any]] = s.status()["awaiting"]
     return marks
 
 
@@ -257,7 +255,7 @@ def test_a_conversion_awaits_use_under_its_key_and_the_first_cut_takes_it_over(
         assert finish(job)[0] == 0
 
         def ended() -> dict[str, Any] | None:
-            st: dict[str, Any] = json.loads(s.cli("status", "--json").stdout)
+            st = s.status()
             return st if not st["jobs"] else None
 
         status = eventually(ended, timeout=10, what="the job's end to be reaped")
@@ -349,7 +347,7 @@ def test_a_probe_of_a_wav_whose_alignment_could_never_fit_refuses(tmp_path: Path
         with running_daemon(s.setup):
             with prober(s, wav, tmpdir=s.tmp):
                 code, out, err = probe_result(s, wav)
-                status = json.loads(s.cli("status", "--json").stdout)
+                status = s.status()
             with prober(s, wav, tmpdir=s.setup.root / "home" / "tmp"):
                 fine = probe_result(s, wav)
     assert code == 75 and out == "", (code, out, err)

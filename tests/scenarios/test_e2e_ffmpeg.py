@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 from tests._fixtures.console import JANITOR_BIN, one_line_error
+from tests._fixtures.media import MediaStore, speech
 from tests._fixtures.space import MiB, free_of
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
@@ -48,18 +49,13 @@ FFMPEG = ("ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y")
 
 
 @pytest.fixture(scope="module")
-def mp3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def mp3(media_store: MediaStore) -> Path:
     """A 600 s mono mp3 at 32 kb/s (~2.4 MB); its 16 kHz WAV is ~19.2 MB."""
     if shutil.which("ffmpeg") is None:
         pytest.skip("ffmpeg not installed")
-    out = tmp_path_factory.mktemp("media") / "talk.mp3"
-    subprocess.run(
-        [*FFMPEG, "-f", "lavfi", "-i", "sine=frequency=440:duration=600", "-ac", "1",
-         "-b:a", "32k", str(out)],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return out
+    return media_store.make(
+        "tone-600s-32k.mp3", *speech(600, rate=44100), "-ac", "1", "-b:a", "32k"
+    )
 
 
 @dataclass

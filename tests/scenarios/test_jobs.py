@@ -27,7 +27,8 @@ import psutil
 import pytest
 
 from tests._daemon_helpers import DaemonSetup, daemon_setup, eventually, running_daemon
-from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.console import JANITOR_BIN, janitor_json
+from tests._fixtures.guard import install_guard
 from tests._fixtures.pipeline import PCM_RATE, Pipeline, sim_command
 from tests._fixtures.space import MiB, fill_file, free_of
 from tests.commands.test_guard import log_of, report_of
@@ -86,10 +87,14 @@ class Site:
         return self.setup.run_cli(*args, **env)
 
     def log(self) -> list[dict[str, Any]]:
-        done = self.cli("log", "--json")
-        assert done.returncode == 0, done.stderr
-        entries: list[dict[str, Any]] = json.loads(done.stdout)
+        """``janitor log --json``'s entries (run in this process: tests._fixtures.console)."""
+        entries: list[dict[str, Any]] = janitor_json("log", "--json", env=self.setup.env())
         return entries
+
+    def status(self) -> dict[str, Any]:
+        """``janitor status --json`` (run in this process: tests._fixtures.console)."""
+        status: dict[str, Any] = janitor_json("status", "--json", env=self.setup.env())
+        return status
 
     def folders(self) -> list[Path]:
         return sorted(self.tmp.glob(".tmp*"))
@@ -121,8 +126,7 @@ def site(
         setup.write_policy(trees=trees)
         setup.trees = trees
         bin_dir = tmp_path / "bin"
-        done = setup.run_cli("shim", "install", "--dir", str(bin_dir))
-        assert done.returncode == 0, done.stderr
+        install_guard(bin_dir, setup.env())  # what `janitor shim install --dir` writes
         yield Site(setup, setup.tree, tmp, bin_dir)
 
 
@@ -172,7 +176,8 @@ def test_room_is_made_from_other_entries_never_from_the_wav_the_job_reads(
     """Inputs are pinned before outputs make room: the volume is so full that the very first
     cut needs cache entries evicted. The job's own WAV (a cache hit, two days unused: the first
     that least-recently-used order takes) stays; the unrelated entry, one day unused, goes;
-    every group is cut from the WAV. (Before, the first cut's make-room took the WAV itself.)"""
+    every group is cut from the WAV (5 groups of 60 s: the whole recording). (Before, the first
+    cut's make-room took the WAV itself.)"""
     src = m4a(300)  # WAV 9.2 MiB, working set 18.3 MiB
     report = tmp_path / "report.jsonl"
     with site(tmp_path, size="64m", floor="16MiB", quota="64MiB") as s:
@@ -188,14 +193,14 @@ def test_room_is_made_from_other_entries_never_from_the_wav_the_job_reads(
         os.utime(old, (time.time() - 86400, time.time() - 86400))
         # Another program's file: what is left above the floor is less than one cut.
         fill_file(s.setup.mount / "filler.bin", 19 * MiB)
-        proc = s.start("--groups", "15", "--group-s", "20", "--report", report, src)
+        proc = s.start("--groups", "5", "--group-s", "60", "--report", report, src)
         code, _, err = finish(proc)
         log = s.log()
         wavs = [w.name for w in s.cache.glob("*.wav") if ".tmp" not in w.name]
         old_left = old.exists()
     assert code == 0, err
     assert not old_left
-    assert len(cuts_of(report)) == 15 and all(c["bytes"] == 20 * PCM_RATE for c in cuts_of(report))
+    assert len(cuts_of(report)) == 5 and all(c["bytes"] == 60 * PCM_RATE for c in cuts_of(report))
     assert wavs == [hit.name]  # the job's WAV, never evicted
     deleted = [e for e in log if e["event"] == "delete"]
     assert deleted and all(wavs[0] not in (e["path"] or "") for e in deleted), deleted
@@ -209,23 +214,23 @@ def test_a_second_job_is_refused_at_its_first_cut_while_the_first_finishes_every
     tmp_path: Path, m4a: Callable[[float], Path]
 ) -> None:
     """Two 400 s recordings that do not fit together (JANITOR_GUARD_WAIT_S=0: refuse at once):
-    the one admitted first keeps its whole working set and cuts all 20 groups; the other is
-    refused at its first cut, before any group's compute."""
+    the one admitted first keeps its whole working set and cuts all 5 groups (80 s each, 2 s of
+    compute after each); the other is refused at its first cut, before any group's compute."""
     a_src, b_src = m4a(400), m4a(401)
     a_report, b_report = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     with site(tmp_path, size="64m", floor="8MiB") as s:
         a = s.start(
-            "--groups", "20", "--group-s", "20", "--pause-s", "0.2", "--report", a_report, a_src
+            "--groups", "5", "--group-s", "80", "--pause-s", "2", "--report", a_report, a_src
         )
         eventually(lambda: cuts_of(a_report), timeout=60, what="job A's first cut")
         b = s.start(
-            "--groups", "20", "--group-s", "20", "--report", b_report, b_src,
+            "--groups", "5", "--group-s", "80", "--report", b_report, b_src,
             JANITOR_GUARD_WAIT_S="0",
         )  # fmt: skip
         b_code, _, b_err = finish(b)
         a_code, _, a_err = finish(a)
     assert a_code == 0, a_err
-    assert len(cuts_of(a_report)) == 20
+    assert len(cuts_of(a_report)) == 5
     assert b_code == 1, b_err
     assert "refused to write" in b_err and "fa-v2-audio-0.pcm" in b_err, b_err
     assert cuts_of(b_report) == []
@@ -239,23 +244,23 @@ def test_a_waiting_job_is_admitted_the_moment_the_other_jobs_folder_is_removed(
 ) -> None:
     """Through the daemon: B's first cut does not fit while A runs, but will once A ends; it
     says so on stderr and waits; A's folder removed, B is admitted at once and cuts every
-    group."""
+    group (5 of 80 s each)."""
     a_src, b_src = m4a(400), m4a(401)
     a_report, b_report = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     with site(tmp_path, size="64m", floor="8MiB") as s, running_daemon(s.setup):
         a = s.start(
-            "--groups", "20", "--group-s", "20", "--pause-s", "0.1", "--hold-s", "3",
+            "--groups", "5", "--group-s", "80", "--pause-s", "1", "--hold-s", "3",
             "--report", a_report, a_src,
         )  # fmt: skip
         eventually(lambda: cuts_of(a_report), timeout=60, what="job A's first cut")
-        b = s.start("--groups", "20", "--group-s", "20", "--report", b_report, b_src)
+        b = s.start("--groups", "5", "--group-s", "80", "--report", b_report, b_src)
         a_code, _, a_err = finish(a)
         a_done = time.time()  # A removed its folder just before it exited
         b_code, _, b_err = finish(b)
         log = s.log()
         guard_log = (s.setup.log_dir / "guard.log").read_text()
     assert a_code == 0 and b_code == 0, (a_err, b_err)
-    assert len(cuts_of(a_report)) == 20 and len(cuts_of(b_report)) == 20
+    assert len(cuts_of(a_report)) == 5 and len(cuts_of(b_report)) == 5
     # The pipeline shows ffmpeg's stderr only when it fails; the guard's log keeps the line.
     waited = [ln for ln in guard_log.splitlines() if "waiting: waiting for" in ln]
     assert len(waited) == 1 and "running job" in waited[0], guard_log
@@ -338,7 +343,7 @@ def test_a_sigkilled_writers_folder_is_removed_by_the_daemon_within_seconds(
             killed = time.monotonic()
             eventually(lambda: not mine.exists(), timeout=30, what="the orphan's removal")
             gone_after = time.monotonic() - killed
-            status = json.loads(s.cli("status", "--json").stdout)
+            status = s.status()
             kept = [f for f in s.folders() if f not in (other,)]
             live.kill()
             finish(live)
@@ -382,7 +387,7 @@ def test_run_removes_only_what_is_its_own(
 
 
 def test_run_keeps_a_daemonized_childs_folder_and_its_guard(
-    tmp_path: Path, m4a: Callable[[float], Path], pipeline: Callable[..., Pipeline], run_cli: Cli
+    tmp_path: Path, m4a: Callable[[float], Path], pipeline: Callable[..., Pipeline]
 ) -> None:
     """A command that daemonizes (double fork, setsid) and goes on cutting after it exits:
     ``janitor run`` ends, keeps the child's live folder (its writer runs) and leaves the guard
@@ -405,7 +410,7 @@ def test_run_keeps_a_daemonized_childs_folder_and_its_guard(
                       what="the child's 8 cuts")  # fmt: skip
     assert all(c["bytes"] == 2 * PCM_RATE for c in cuts)
     eventually(lambda: p.job_folders() == [], timeout=30, what="the child to finish")
-    log = log_of(run_cli)
+    log = log_of()
     sets = [e for e in log if e["event"] == "grant" and e["detail"].get("job_id")]
     assert len(sets) == 1 and sets[0]["path"] == os.path.dirname(cuts[0]["path"]), sets
     assert not [e for e in log if e["event"] == "delete"], log  # nothing was removed under it
@@ -421,7 +426,7 @@ def test_job_records_survive_a_daemon_restart(tmp_path: Path, m4a: Callable[[flo
                 "--groups", "6", "--group-s", "5", "--pause-s", "1.0", "--report", report, m4a(40)
             )
             eventually(lambda: len(cuts_of(report)) >= 1, timeout=60, what="a first cut")
-        jobs_between = json.loads(s.cli("status", "--json").stdout)["jobs"]
+        jobs_between = s.status()["jobs"]
         with running_daemon(s.setup):
             code, _, err = finish(proc)
         log = s.log()

@@ -13,7 +13,6 @@ swap the policy of a :class:`~janitor.core.Janitor` as the daemon's reload does.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -89,7 +88,7 @@ def test_a_job_whose_tree_a_reload_drops_goes_on_drawing_on_its_working_set(
             ev.wait_for("policy-reloaded", lambda d: "job_tmp" not in d["trees"], timeout=30)
             proc.send_signal(signal.SIGCONT)
             code, _, err = finish(proc)
-            status = json.loads(s.cli("status", "--json").stdout)
+            status = s.status()
             sets, others = _job_grants(s)
         said = s.setup.log_file.read_text()
     assert code == 0, err
@@ -121,7 +120,7 @@ def test_a_job_whose_tree_root_is_respelled_stays_one_job(
             proc.send_signal(signal.SIGCONT)
             code, _, err = finish(proc)
             # The job ends with its folder (the daemon reaps it within its reap interval).
-            eventually(lambda: json.loads(s.cli("status", "--json").stdout)["jobs"] == [],
+            eventually(lambda: s.status()["jobs"] == [],
                        timeout=30, what="the job's end")  # fmt: skip
             sets, others = _job_grants(s)
     assert code == 0, err

@@ -1,0 +1,57 @@
+"""The guarded ffmpeg as ``janitor shim install --dir FOLDER`` writes it, written in this process.
+
+Most tests that run the guard need it installed and are not about installing it, and the console
+script costs a Python start each time (about a quarter of a CPU-second: the suite installed it
+some 180 times). :func:`install_guard` calls the command's own function
+(``janitor.commands.shim.install``) with the environment the command would have had and the
+interpreter its script runs on, so it writes the same files to the byte, compiled front end or
+Python's (``tests/commands/test_guard.py::test_the_guard_the_tests_install_is_what_shim_install_
+writes`` holds it so). The command itself is run as a console script where it is the subject.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from unittest import mock
+
+from tests._fixtures.console import JANITOR_BIN
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from janitor.commands.front_end import FrontEnd
+
+__all__ = ["install_guard"]
+
+
+def _console_python() -> str:
+    """The interpreter the console script runs on: its ``#!`` line."""
+    with open(JANITOR_BIN, "rb") as fh:
+        first = fh.readline().decode().strip()
+    assert first.startswith("#!"), f"{JANITOR_BIN} has no #! line: {first!r}"
+    return first[2:].split()[0]
+
+
+@contextmanager
+def _as_the_command(env: Mapping[str, str] | None) -> Iterator[None]:
+    """This process as the console script would be: ``env`` as its whole environment (this
+    process's own when None) and ``sys.executable`` the script's interpreter."""
+    with (
+        mock.patch.dict(os.environ, env or {}, clear=env is not None),
+        mock.patch.object(sys, "executable", _console_python()),
+    ):
+        yield
+
+
+def install_guard(folder: Path, env: Mapping[str, str] | None = None) -> FrontEnd:
+    """``janitor shim install --dir folder`` under ``env`` (default: this process's
+    environment), in this process; the front end it installed."""
+    from janitor.commands.shim import install
+    from janitor.config.settings import Settings
+
+    with _as_the_command(env):
+        _, front = install(Settings.load(), folder)
+    return front
