@@ -22,7 +22,7 @@ from janitor.commands.estimate import WAV_HEADER_BYTES, pcm_bytes
 from janitor.errors import ConfigError
 from janitor.guarding.ffmpeg import wav_header_bytes
 from tests._fixtures.console import JANITOR_BIN, one_line_error
-from tests._fixtures.media import MediaStore, speech
+from tests._fixtures.media import AAC_FAST, MediaStore, tone
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -59,17 +59,21 @@ def media(media_store: MediaStore) -> dict[str, Path]:
     if shutil.which("ffmpeg") is None or shutil.which("ffprobe") is None:
         pytest.skip("ffmpeg/ffprobe not installed (Debian package ffmpeg; .ci/run installs it)")
 
-    def tone(name: str, seconds: int, *extra: str) -> Path:  # sine()'s tone, in the store
-        return media_store.make(name, *speech(seconds, rate=44100), *extra)
+    def sine_in_store(name: str, seconds: int, *extra: str) -> Path:  # sine()'s, made once
+        return media_store.make(name, *tone(seconds), *extra)
 
     return {
-        "mp3-120s": tone("tone-120s-32k.mp3", 120, "-ac", "1", "-b:a", "32k"),
-        "flac-10s-44k": tone("tone-10s-44k.flac", 10, "-ac", "1", "-ar", "44100", "-c:a", "flac"),
-        "wav-10s-16k": tone(
+        "mp3-120s": sine_in_store("tone-120s-32k.mp3", 120, "-ac", "1", "-b:a", "32k"),
+        "flac-10s-44k": sine_in_store(
+            "tone-10s-44k.flac", 10, "-ac", "1", "-ar", "44100", "-c:a", "flac"
+        ),
+        "wav-10s-16k": sine_in_store(
             "tone-10s-16k.wav", 10, "-ac", "1", "-ar", "16000", "-c:a", "pcm_s16le"
         ),
         # tags (title, a long comment) that ffmpeg copies into the WAV's LIST/INFO chunk
-        "mp3-10s-tagged": tone("tone-10s-32k-tagged.mp3", 10, "-ac", "1", "-b:a", "32k", *TAGS),
+        "mp3-10s-tagged": sine_in_store(
+            "tone-10s-32k-tagged.mp3", 10, "-ac", "1", "-b:a", "32k", *TAGS
+        ),
     }
 
 
@@ -283,7 +287,8 @@ def test_janitor_estimate_the_api_and_the_preflight_agree_with_what_ffmpeg_write
 
     folder = tmp_path / "media"
     folder.mkdir()
-    m4a = sine(folder / "talk 10min.m4a", 600, "-ac", "1", "-c:a", "aac", "-b:a", "24k")
+    # the fast coder: the same frames, header and decoded length, a fourth of the encoding
+    m4a = sine(folder / "talk 10min.m4a", 600, "-ac", "1", *AAC_FAST, "-b:a", "24k")
     wav = sine(folder / "room.wav", 20, "-ac", "2", "-ar", "44100")
     titled = sine(folder / "titled.m4a", 20, "-ac", "1", "-c:a", "aac", *TAGS)  # ffprobe reads it
     with daemon_setup(tmp_path / "d", settings={"JANITOR_CACHE_DIR": str(tmp_path / "c1")}) as s:

@@ -7,6 +7,7 @@ reason where ffmpeg or ffprobe is absent.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from janitor.guarding import ffmpeg
+from tests._fixtures.media import MediaStore
 
 FFMPEG = shutil.which("ffmpeg")
 FFPROBE = shutil.which("ffprobe")
@@ -24,14 +26,19 @@ needs_ffmpeg = pytest.mark.skipif(
 )
 
 
+def _tone(seconds: float, *extra: str, rate: int = 44100, channels: int = 2) -> list[str]:
+    """ffmpeg's arguments, but the output, for ``seconds`` of sine with ``extra`` options."""
+    layout = "stereo" if channels == 2 else "mono"
+    return ["-f", "lavfi", "-i", f"sine=frequency=440:sample_rate={rate}:duration={seconds}",
+            "-af", f"aformat=channel_layouts={layout}", *extra]  # fmt: skip
+
+
 def _make(path: Path, seconds: float, *extra: str, rate: int = 44100, channels: int = 2) -> Path:
     """A real media file of ``seconds`` of sine made by ffmpeg (container from the suffix)."""
     assert FFMPEG is not None
-    layout = "stereo" if channels == 2 else "mono"
     subprocess.run(
-        [FFMPEG, "-v", "error", "-y", "-f", "lavfi", "-i",
-         f"sine=frequency=440:sample_rate={rate}:duration={seconds}",
-         "-af", f"aformat=channel_layouts={layout}", *extra, str(path)],
+        [FFMPEG, "-v", "error", "-y", *_tone(seconds, *extra, rate=rate, channels=channels),
+         str(path)],
         check=True,
     )  # fmt: skip
     return path
@@ -55,11 +62,21 @@ def _estimate(args: list[str], cwd: Path, cache: Path | None = None) -> list[ffm
 
 
 @pytest.fixture
-def media(tmp_path: Path) -> Callable[..., Path]:
+def media(tmp_path: Path, media_store: MediaStore) -> Callable[..., Path]:
+    """``media(name, seconds, *extra, rate=, channels=)``: ``tmp_path/name``, a copy of the
+    file ``_make`` makes, made once for the run (tests._fixtures.media)."""
+
     def make(name: str, seconds: float, *extra: str, **kw: int) -> Path:
-        return _make(tmp_path / name, seconds, *extra, **kw)
+        args = _tone(seconds, *extra, **kw)
+        made = media_store.make(f"tone-{_digest(args)}{Path(name).suffix}", *args)
+        shutil.copyfile(made, tmp_path / name)
+        return tmp_path / name
 
     return make
+
+
+def _digest(args: list[str]) -> str:
+    return hashlib.sha256("\0".join(args).encode()).hexdigest()[:16]
 
 
 # -- the brief's command lines, exactly --------------------------------------------------------

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from tests._fixtures.console import JANITOR_BIN, one_line_error
-from tests._fixtures.media import MediaStore, speech
+from tests._fixtures.media import MediaStore, tone
 from tests._fixtures.space import MiB, free_of
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
@@ -53,9 +53,7 @@ def mp3(media_store: MediaStore) -> Path:
     """A 600 s mono mp3 at 32 kb/s (~2.4 MB); its 16 kHz WAV is ~19.2 MB."""
     if shutil.which("ffmpeg") is None:
         pytest.skip("ffmpeg not installed")
-    return media_store.make(
-        "tone-600s-32k.mp3", *speech(600, rate=44100), "-ac", "1", "-b:a", "32k"
-    )
+    return media_store.make("tone-600s-32k.mp3", *tone(600), "-ac", "1", "-b:a", "32k")
 
 
 @dataclass

@@ -25,7 +25,7 @@ import pytest
 
 from tests._daemon_helpers import daemon_setup, running_daemon
 from tests._fixtures.console import JANITOR_BIN, one_line_error
-from tests._fixtures.media import MediaStore, speech
+from tests._fixtures.media import MediaStore, tone
 from tests._fixtures.space import MiB
 
 Mount = Callable[..., Path]
@@ -46,9 +46,7 @@ def mp3(media_store: MediaStore) -> Path:
     """A 120 s mono mp3: a ~3.84 MB WAV in the cache, ~7.7 MB of float32 PCM while aligning."""
     if shutil.which("ffmpeg") is None:
         pytest.skip("ffmpeg not installed")
-    return media_store.make(
-        "tone-120s-32k.mp3", *speech(120, rate=44100), "-ac", "1", "-b:a", "32k"
-    )
+    return media_store.make("tone-120s-32k.mp3", *tone(120), "-ac", "1", "-b:a", "32k")
 
 
 def pipeline_env(cache: Path, tmp: Path, **extra: str) -> dict[str, str]:
