@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.holder import end_helper
 from tests._fixtures.space import KiB
 
 HOUR = 3600.0
@@ -259,12 +260,7 @@ def _helper(script: str, *args: str) -> Iterator[tuple[subprocess.Popen[str], st
             raise AssertionError(f"helper process failed: {proc.stderr.read()}")
         yield proc, line
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        end_helper(proc)
 
 
 @contextmanager
