@@ -6,9 +6,10 @@ some 180 times). :func:`install_guard` calls the command's own function
 (``janitor.commands.shim.install``) with the environment the command would have had, the
 interpreter its script runs on and the janitor package that interpreter imports (the installed
 one, where the tests' process imports the clone's: ``pip install .``, as CI installs), so it
-writes the same files to the byte, compiled front end or Python's
+writes the same files to the byte for a policy, compiled front end or Python's
 (``tests/commands/test_guard.py::test_the_guard_the_tests_install_is_what_shim_install_writes``
-holds it so). The command itself is run as a console script where it is the subject.
+holds it so; where no policy is named, the shipped one is the clone's copy of that file). The
+command itself is run as a console script where it is the subject.
 """
 
 from __future__ import annotations
