@@ -22,7 +22,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -35,10 +34,8 @@ from typing import Any
 import httpx
 import pytest
 
-MiB = 1024 * 1024
-
-#: The console script installed next to the interpreter running the tests.
-JANITOR_BIN = Path(sys.executable).parent / "janitor"
+from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.mounts import mount_tmpfs, unmount
 
 #: Daemon settings for the tests: fast sampling, short settle and debounce; periodic sweeps and
 #: reaps are left at values long enough that they never explain what a test sees by accident.
@@ -73,53 +70,6 @@ def eventually(
                 f"timed out after {timeout:g}s waiting for {what or predicate!r}; last {last!r}"
             )
         time.sleep(interval)
-
-
-# -- tmpfs ----------------------------------------------------------------------------------------
-
-
-def mount_tmpfs(where: Path, size: str = "32m") -> Path:
-    """``mount -t tmpfs -o size=SIZE tmpfs WHERE``; skips the test when that is impossible."""
-    if os.geteuid() != 0:
-        pytest.skip("the daemon tests mount a tmpfs, which needs root")
-    where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs at {where}: {done.stderr.strip()}")
-    return where
-
-
-def unmount(where: Path) -> None:
-    """Unmount ``where``; lazily if something (a killed child's open file) still holds it."""
-    done = subprocess.run(["umount", str(where)], capture_output=True, check=False)
-    if done.returncode != 0:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True, check=False)
-
-
-def free_of(path: Path) -> int:
-    """``f_bavail * f_frsize`` of ``path``'s volume, read now."""
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
-
-
-def write_bytes(path: Path, nbytes: int, *, chunk: int = MiB) -> Path:
-    """Write ``nbytes`` real (non-sparse) bytes to ``path`` (parents made) and fsync it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    block = (os.urandom(64) * (chunk // 64 + 1))[:chunk]
-    with open(path, "wb") as fh:
-        left = nbytes
-        while left > 0:
-            n = min(left, chunk)
-            fh.write(block[:n])
-            left -= n
-        fh.flush()
-        os.fsync(fh.fileno())
-    return path
 
 
 # -- the setup: tmpfs, tree, policy, folders, environment -----------------------------------------

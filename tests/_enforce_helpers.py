@@ -18,13 +18,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-MiB = 1024 * 1024
-KiB = 1024
+from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.holder import end_helper
+from tests._fixtures.space import KiB
+
 HOUR = 3600.0
 DAY = 86400.0
-
-#: The console script installed next to the interpreter running the tests.
-JANITOR_BIN = Path(sys.executable).parent / "janitor"
 
 #: A cache-entry fingerprint as the pipeline names them: 24 hex chars.
 FP_LEN = 24
@@ -55,6 +54,57 @@ def make_file(
     if age is not None:
         set_age(path, age)
     return path
+
+
+def commit(tag: str) -> str:
+    """A 40-hex commit hash, as huggingface_hub names snapshot folders."""
+    return hashlib.sha1(tag.encode()).hexdigest()
+
+
+class Hub:
+    """A hub cache folder, filled as huggingface_hub fills it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def repo(self, name: str) -> Path:
+        return self.root / f"models--{name.replace('/', '--')}"
+
+    def blob(self, repo: Path, data: bytes) -> Path:
+        path = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            path.write_bytes(data)
+        return path
+
+    def revision(
+        self,
+        name: str,
+        tag: str,
+        files: dict[str, bytes],
+        *,
+        age_days: float,
+        ref: str | None = None,
+    ) -> Path:
+        """``snapshots/<commit>/`` linking each file to its blob; everything of it (links,
+        folders, blobs) last used ``age_days`` ago."""
+        repo = self.repo(name)
+        snap = repo / "snapshots" / commit(tag)
+        when = time.time() - age_days * DAY
+        for rel, data in files.items():
+            blob = self.blob(repo, data)
+            link = snap / rel
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(os.path.relpath(blob, link.parent))
+            os.utime(link, (when, when), follow_symlinks=False)
+            os.utime(blob, (when, when))
+        if ref is not None:
+            (repo / "refs").mkdir(exist_ok=True)
+            (repo / "refs" / ref).write_text(commit(tag))
+        for folder in (p for p in [snap, *snap.rglob("*")] if p.is_dir() and not p.is_symlink()):
+            os.utime(folder, (when, when))
+        return snap
 
 
 def allocated(path: Path | str | bytes) -> int:
@@ -210,12 +260,7 @@ def _helper(script: str, *args: str) -> Iterator[tuple[subprocess.Popen[str], st
             raise AssertionError(f"helper process failed: {proc.stderr.read()}")
         yield proc, line
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        end_helper(proc)
 
 
 @contextmanager

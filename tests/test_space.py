@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from janitor.host.fdwalk import tree_size
+from tests._fixtures.space import MiB
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 SHIPPED = Path(__file__).resolve().parent.parent / "policies" / "batchalign3.toml"
-MiB = 1024 * 1024
 
 
 def put(path: Path, nbytes: int, *, age_days: float = 0.0) -> Path:

@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["Holder", "holder"]
+__all__ = ["Holder", "end_helper", "holder"]
+
+
+def end_helper(proc: subprocess.Popen[str]) -> None:
+    """A helper process ended: killed if it still runs, waited for, its pipes closed."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
 
 
 _HOLDER = r"""
@@ -74,9 +84,4 @@ def holder() -> Iterator[Callable[[Path, str, int], Holder]]:
 
     yield start
     for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        end_helper(proc)

@@ -10,10 +10,29 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["bind", "remount", "remount_tmpfs", "tmpfs"]
+__all__ = ["bind", "mount_tmpfs", "remount", "remount_tmpfs", "tmpfs", "unmount"]
 
 
-def _unmount(mount: Path) -> None:
+def mount_tmpfs(where: Path, size: str | int = "64m", options: str = "") -> Path:
+    """``mount -t tmpfs -o size=SIZE[,OPTIONS] tmpfs WHERE`` (made first); skips the test,
+    with the reason, when not root or when the mount fails (an unprivileged container)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    where.mkdir(parents=True, exist_ok=True)
+    opts = f"size={size}" + (f",{options}" if options else "")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs at {where}: {done.stderr.strip()}")
+    return where
+
+
+def unmount(mount: Path) -> None:
+    """Unmount ``mount``; lazily if something still holds it."""
     done = subprocess.run(["umount", str(mount)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         # Something (a leaked SQLite connection, a killed child's open file) still holds it:
@@ -33,25 +52,13 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
     mounted: list[Path] = []
 
     def mount(size: str | int = "64m", name: str | None = None, options: str = "") -> Path:
-        if os.geteuid() != 0:
-            pytest.skip("mounting a tmpfs needs root")
-        where = tmp_path / (name or f"tmpfs{len(mounted)}")
-        where.mkdir(parents=True, exist_ok=True)
-        opts = f"size={size}" + (f",{options}" if options else "")
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(where)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs at {where}: {done.stderr.strip()}")
+        where = mount_tmpfs(tmp_path / (name or f"tmpfs{len(mounted)}"), size, options)
         mounted.append(where)
         return where
 
     yield mount
     for where in reversed(mounted):
-        _unmount(where)
+        unmount(where)
 
 
 @pytest.fixture

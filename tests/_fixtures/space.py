@@ -10,9 +10,19 @@ from pathlib import Path
 
 import pytest
 
+KiB = 1024
 MiB = 1024 * 1024
 
-__all__ = ["MiB", "fill", "fill_file", "fill_until_full", "free_bytes", "free_of", "total_of"]
+__all__ = [
+    "KiB",
+    "MiB",
+    "fill",
+    "fill_file",
+    "fill_until_full",
+    "free_bytes",
+    "free_of",
+    "total_of",
+]
 
 
 def fill_file(path: Path, nbytes: int, *, chunk: int = MiB) -> Path:

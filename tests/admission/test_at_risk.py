@@ -25,10 +25,10 @@ import pytest
 
 from janitor import Janitor, SpaceRisk
 from janitor.admission.risk import Claim, choose_at_risk, stop_deficit
-from tests._daemon_helpers import daemon_setup, eventually, free_of, running_daemon, write_bytes
+from tests._daemon_helpers import daemon_setup, eventually, running_daemon
 from tests._fixtures.console import JANITOR_BIN
 from tests._fixtures.holder import Holder
-from tests._fixtures.space import MiB
+from tests._fixtures.space import MiB, fill_file, free_of
 from tests._fixtures.volumes import Volume
 
 MakeVolume = Callable[..., Volume]
@@ -73,7 +73,7 @@ def _fill_to(vol: Volume, free: int, name: str = "outside") -> Path:
     path = vol.mount / name
     need = free_of(vol.mount) - free
     assert need > 0
-    write_bytes(path, need)
+    fill_file(path, need)
     return path
 
 
@@ -127,7 +127,7 @@ def test_caches_are_evicted_before_any_job_is_stopped(vol: Volume, holder: Holde
     old = time.time() - 86400
     for i in range(6):
         entry = vol.tree / f"{i:024x}.wav"
-        write_bytes(entry, 2 * MiB)
+        fill_file(entry, 2 * MiB)
         os.utime(entry, (old, old))
     r = holder(vol.policy, "t", 6 * MiB)
     jan = vol.janitor()
@@ -179,7 +179,7 @@ def test_a_reservation_granted_after_the_dip_is_not_stopped_by_a_lagging_level(
             early = jan.reserve("cache", "6MiB", job="early")
             with d.events() as ev:
                 outside = setup.mount / "outside"
-                write_bytes(outside, free_of(setup.mount) - 7 * MiB)
+                fill_file(outside, free_of(setup.mount) - 7 * MiB)
                 ev.wait_for("at-risk", lambda e: e["reservation"] == early.id)
                 with pytest.raises(SpaceRisk):
                     early.check()
@@ -219,7 +219,7 @@ def test_a_restarted_daemon_clears_marks_it_cannot_justify(
         try:
             r = jan.reserve("cache", "6MiB", job="j")
             outside = setup.mount / "outside"
-            write_bytes(outside, free_of(setup.mount) - 7 * MiB)
+            fill_file(outside, free_of(setup.mount) - 7 * MiB)
             with running_daemon(setup) as d:
                 eventually(lambda: jan.get(r.id).at_risk is not None, what="marked")
                 d.proc.send_signal(signal.SIGKILL)  # a crash: the mark stays in the ledger

@@ -12,8 +12,7 @@ import pytest
 
 from janitor.admission.risk import LevelTracker, finite, forecast
 from janitor.admission.volume import Forecast, Reading, assess
-
-MiB = 1024 * 1024
+from tests._fixtures.space import MiB
 
 
 def steady(

@@ -29,15 +29,8 @@ from janitor.config.policy import Policy
 from janitor.daemon.tree_watcher import TreeWatcher
 from janitor.host.fdwalk import FolderChain, tree_shape, tree_size
 from janitor.host.space import allocated_size
-from tests._enforce_helpers import (
-    DAY,
-    JANITOR_BIN,
-    KiB,
-    cache_tree,
-    make_job,
-    scratch_tree,
-    set_age,
-)
+from tests._enforce_helpers import DAY, KiB, cache_tree, make_job, scratch_tree, set_age
+from tests._fixtures.console import JANITOR_BIN
 
 DEPTH = 10_000
 #: Descriptors the janitor gets in the CLI runs: far fewer than the tree's levels.

@@ -20,7 +20,6 @@ from tests._enforce_helpers import (
     DAY,
     HOUR,
     KiB,
-    MiB,
     age_tree,
     cache_tree,
     flock_held,
@@ -33,6 +32,7 @@ from tests._enforce_helpers import (
     scratch_tree,
     set_age,
 )
+from tests._fixtures.space import MiB
 from tests.cleanup.conftest import JanFor
 
 

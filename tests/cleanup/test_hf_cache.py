@@ -26,65 +26,14 @@ from janitor.cleanup.plan import Protection, plan_pressure
 from janitor.cleanup.scan import scan
 from janitor.config.policy import TreePolicy, load_policy
 from janitor.errors import PolicyError
+from tests._enforce_helpers import DAY, Hub, commit
+from tests._fixtures.space import KiB
 
 HAVE_HF = importlib.util.find_spec("huggingface_hub") is not None
 needs_hf = pytest.mark.skipif(
     not HAVE_HF, reason="huggingface_hub is not installed (pip install '.[hf]' or '.[test]')"
 )
 Cli = Callable[..., subprocess.CompletedProcess[str]]
-DAY = 86400.0
-KiB = 1024
-
-
-def commit(tag: str) -> str:
-    """A 40-hex commit hash, as huggingface_hub names snapshot folders."""
-    return hashlib.sha1(tag.encode()).hexdigest()
-
-
-class Hub:
-    """A hub cache folder, filled as huggingface_hub fills it."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-
-    def repo(self, name: str) -> Path:
-        return self.root / f"models--{name.replace('/', '--')}"
-
-    def blob(self, repo: Path, data: bytes) -> Path:
-        path = repo / "blobs" / hashlib.sha256(data).hexdigest()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists():
-            path.write_bytes(data)
-        return path
-
-    def revision(
-        self,
-        name: str,
-        tag: str,
-        files: dict[str, bytes],
-        *,
-        age_days: float,
-        ref: str | None = None,
-    ) -> Path:
-        """``snapshots/<commit>/`` linking each file to its blob; everything of it (links,
-        folders, blobs) last used ``age_days`` ago."""
-        repo = self.repo(name)
-        snap = repo / "snapshots" / commit(tag)
-        when = time.time() - age_days * DAY
-        for rel, data in files.items():
-            blob = self.blob(repo, data)
-            link = snap / rel
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(os.path.relpath(blob, link.parent))
-            os.utime(link, (when, when), follow_symlinks=False)
-            os.utime(blob, (when, when))
-        if ref is not None:
-            (repo / "refs").mkdir(exist_ok=True)
-            (repo / "refs" / ref).write_text(commit(tag))
-        for folder in (p for p in [snap, *snap.rglob("*")] if p.is_dir() and not p.is_symlink()):
-            os.utime(folder, (when, when))
-        return snap
 
 
 @pytest.fixture

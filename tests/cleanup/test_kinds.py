@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import stat
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
@@ -34,14 +33,9 @@ from janitor.config.policy import TreePolicy
 from janitor.config.unit_rules import UNIT_RULES
 from janitor.host.sizewalk import CHILDREN, FILES, SIZE, Folder, Measured, SizeWalk
 from janitor.host.space import allocated_size
-from tests._enforce_helpers import DAY, HOUR, KiB, allocated, make_file, set_age
+from tests._enforce_helpers import DAY, HOUR, Hub, KiB, allocated, commit, make_file, set_age
 
 HAVE_HF = importlib.util.find_spec("huggingface_hub") is not None
-
-
-def commit(tag: str) -> str:
-    """A 40-hex commit hash, as huggingface_hub names snapshot folders."""
-    return hashlib.sha1(tag.encode()).hexdigest()
 
 
 OLD, MAIN = commit("old"), commit("main")
@@ -91,25 +85,15 @@ def lmdb_cache(root: Path) -> None:
 def hub_cache(root: Path) -> None:
     """org/tiny as huggingface_hub lays it out: an old revision (10 days) and main (1 day, named
     by refs/main), sharing one blob."""
-    repo = root / TINY
-    shared = b"S" * 48 * KiB
-    for tag, files, days in (
-        ("old", {"config.json": b"{old}", "model.bin": b"A" * 200 * KiB, "tok.json": shared}, 10),
-        ("main", {"config.json": b"{new}", "model.bin": b"B" * 300 * KiB, "tok.json": shared}, 1),
-    ):
-        snap = repo / "snapshots" / commit(tag)
-        snap.mkdir(parents=True)
-        for name, data in files.items():
-            blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
-            blob.parent.mkdir(exist_ok=True)
-            if not blob.exists():
-                blob.write_bytes(data)
-            (snap / name).symlink_to(os.path.relpath(blob, snap))
-            set_age(snap / name, days * DAY)
-            set_age(blob, days * DAY)
-        set_age(snap, days * DAY)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(MAIN)
+    hub, shared = Hub(root), b"S" * 48 * KiB
+    hub.revision(
+        "org/tiny",
+        "old",
+        {"config.json": b"{old}", "model.bin": b"A" * 200 * KiB, "tok.json": shared},
+        age_days=10,
+    )
+    hub.revision("org/tiny", "main", {"config.json": b"{new}", "model.bin": b"B" * 300 * KiB,
+                                      "tok.json": shared}, age_days=1, ref="main")  # fmt: skip
 
 
 def blob(data: bytes) -> str:
@@ -119,19 +103,25 @@ def blob(data: bytes) -> str:
 # -- the table -------------------------------------------------------------------------------------
 
 
+#: The walk detail a kind asks for, for (role, selects, max_age): a cache, a cache with
+#: include, a cache with max_age, a scratch tree, a report. Every kind asks for a report's
+#: size, and for the children of a scratch tree or of a cache with max_age; a plain cache of
+#: folder units (dir, lmdb) asks for the children too, one of files or revisions for the size
+#: alone, or for its files when include selects some.
+FOLDER_UNITS = (CHILDREN, CHILDREN, CHILDREN, CHILDREN, SIZE)
+FILE_UNITS = (SIZE, FILES, CHILDREN, CHILDREN, SIZE)
+
+
 @dataclass(frozen=True)
 class Case:
-    """One kind on its real tree, and what the code before the kinds answered there."""
+    """One kind on its real tree, and what the code before the kinds answered there (the
+    defaults: what most kinds answer)."""
 
     units: str
     role: str
     build: Callable[[Path], None]
     keys: dict[str, str]  # path (relative to the root) -> its unit's key
     members: dict[str, set[str]]  # key -> the unit's entries (relative paths)
-    #: walk detail for (role, selects, max_age): cache, cache with include, cache with max_age,
-    #: scratch, report
-    details: tuple[int, int, int, int, int]
-    whole: bool  # its units are its whole folder
     #: cutoffs (days ago) for which some unit may be older, and one for which none is
     older_at: float
     none_older_at: float
@@ -139,7 +129,9 @@ class Case:
     pinned: str
     delete: str  # the unit deleted
     gone: set[str]  # what goes with it
-    stays: set[str]  # what stays of it
+    stays: set[str] = field(default_factory=set)  # what stays of it
+    details: tuple[int, int, int, int, int] = FOLDER_UNITS
+    whole: bool = False  # its units are its whole folder
     keys_extra: dict[str, Any] | None = None
 
 
@@ -152,7 +144,7 @@ CASES = [
               "sub/c.wav": "sub/c", "notes.txt": "notes.txt", "sub/d/x.tmp.wav": "sub/d/x"},
         members={"a": {"a.wav", "a.tmp.wav", "a.wav.lock"}, "b": {"b.wav"},
                  "sub/c": {"sub/c.wav"}, "notes.txt": {"notes.txt"}},
-        details=(SIZE, FILES, CHILDREN, CHILDREN, SIZE),
+        details=FILE_UNITS,
         whole=True,
         older_at=2.5,
         none_older_at=6,
@@ -175,15 +167,12 @@ CASES = [
                       ".tmp1/fa_v2/text", ".tmp1/fa_v2/text/0.json"},
             ".tmp2": {".tmp2", ".tmp2/asr_v2", ".tmp2/asr_v2/audio", ".tmp2/asr_v2/audio/a.pcm"},
         },
-        details=(CHILDREN, CHILDREN, CHILDREN, CHILDREN, SIZE),
-        whole=False,
         older_at=2,
         none_older_at=4,
         pin=".tmp1/fa_v2/audio/new.pcm",  # not there yet: below the unit's folder
         pinned=".tmp1",
         delete=".tmp1",
         gone={".tmp1", ".tmp1/fa_v2/audio/0.pcm", ".tmp1/fa_v2/text/0.json"},
-        stays=set(),
         keys_extra={"unit_glob": ".tmp*", "unit_requires": ["fa_v2", "asr_v2"]},
     ),
     Case(
@@ -206,8 +195,7 @@ CASES = [
                 f"{TINY}/refs/main", TINY, f"{TINY}/blobs", f"{TINY}/refs",
                 f"{TINY}/snapshots"},
         },
-        details=(SIZE, FILES, CHILDREN, CHILDREN, SIZE),
-        whole=False,
+        details=FILE_UNITS,
         older_at=5,
         none_older_at=20,
         pin=f"{TINY}/snapshots/{OLD}/new.bin",
@@ -224,15 +212,12 @@ CASES = [
               "cache.redb": "cache.redb"},
         members={"cache.lmdb": {"cache.lmdb", "cache.lmdb/data.mdb", "cache.lmdb/lock.mdb"},
                  "old.lmdb": {"old.lmdb", "old.lmdb/data.mdb", "old.lmdb/lock.mdb"}},
-        details=(CHILDREN, CHILDREN, CHILDREN, CHILDREN, SIZE),
-        whole=False,
         older_at=2,
         none_older_at=6,
         pin="cache.lmdb/data.mdb",
         pinned="cache.lmdb",
         delete="old.lmdb",
         gone={"old.lmdb", "old.lmdb/data.mdb", "old.lmdb/lock.mdb"},  # whole, nothing aside
-        stays=set(),
         keys_extra={"quota": "1GiB"},
     ),
 ]  # fmt: skip

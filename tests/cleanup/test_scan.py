@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from janitor.cleanup.scan import Entry, Snapshot, display_path, scan
-from tests._enforce_helpers import KiB, MiB, allocated, listing, make_file
+from tests._enforce_helpers import KiB, allocated, listing, make_file
+from tests._fixtures.space import MiB
 
 
 def _rels(snap: Snapshot) -> set[str]:

@@ -18,9 +18,7 @@ from janitor import Janitor
 from janitor.errors import ConfigError, ReservationRefused
 from tests._enforce_helpers import (
     DAY,
-    JANITOR_BIN,
     KiB,
-    MiB,
     age_tree,
     allocated,
     cache_tree,
@@ -31,6 +29,8 @@ from tests._enforce_helpers import (
     run_janitor,
     scratch_tree,
 )
+from tests._fixtures.console import JANITOR_BIN
+from tests._fixtures.space import MiB
 from tests.cleanup.conftest import JanFor
 
 

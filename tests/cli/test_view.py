@@ -30,11 +30,10 @@ from janitor.sizes import format_duration, format_size, parse_duration
 from janitor.status import Status
 from tests._fixtures.console import JANITOR_BIN
 from tests._fixtures.ledger import raw_sql
+from tests._fixtures.space import KiB, MiB
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
-MiB = 1024 * 1024
-KiB = 1024
 BLOCKS = "▁▂▃▄▅▆▇█"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

@@ -693,11 +693,13 @@ def test_an_output_on_a_volume_the_policy_does_not_cover_runs_unguarded(
 
 
 def test_the_guard_the_tests_install_is_what_shim_install_writes(
-    run_cli: Cli, tmp_path: Path, front_end: str
+    run_cli: Cli, tmp_path: Path, front_end: str, write_policy: Callable[..., Path]
 ) -> None:
     """tests._fixtures.guard.install_guard, which most guard tests install with, writes what the
-    console script `janitor shim install --dir` writes, to the byte and the mode, for each front
-    end; and then what it writes is current for the command (`shim status`)."""
+    console script `janitor shim install --dir` writes for a policy, to the byte and the mode,
+    for each front end, however janitor was installed; and then what it writes is current for
+    the command (`shim status`)."""
+    write_policy({"cache": str(tmp_path / "cache")})
     by_cli, in_process = tmp_path / "cli", tmp_path / "in-process"
     done = run_cli("shim", "install", "--dir", by_cli)
     assert done.returncode == 0, done.stderr

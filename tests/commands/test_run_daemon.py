@@ -21,7 +21,8 @@ import psutil
 import pytest
 
 from janitor.config.settings import Settings
-from tests._daemon_helpers import JANITOR_BIN, eventually
+from tests._daemon_helpers import eventually
+from tests._fixtures.console import JANITOR_BIN
 from tests._fixtures.guard import install_guard
 from tests._fixtures.pipeline import Pipeline
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from janitor.humanize import format_size
-from tests._daemon_helpers import JANITOR_BIN
+from tests._fixtures.console import JANITOR_BIN
 from tests._fixtures.pipeline import Pipeline
 
 pytestmark = pytest.mark.usefixtures("front_end")  # both front ends of the guard

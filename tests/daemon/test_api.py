@@ -22,14 +22,13 @@ import pytest
 from tests._daemon_helpers import (
     Daemon,
     DaemonSetup,
-    MiB,
     daemon_setup,
     eventually,
     free_port,
     running_daemon,
     uds_client,
-    write_bytes,
 )
+from tests._fixtures.space import MiB, fill_file
 
 #: The documented JSON shape of a reservation (README, "JSON shapes"), in the order the API
 #: writes it (the README's, and ``ReservationOut``'s).
@@ -197,7 +196,7 @@ def test_integer_bytes_and_a_path_count_only_what_is_not_yet_written(
     assert r.status_code == 201, r.text
     rid = r.json()["id"]
     assert r.json()["path"] == str(out) and r.json()["outstanding"] == 2 * MiB
-    write_bytes(out, MiB)
+    fill_file(out, MiB)
     got = client.get(f"/v1/reservations/{rid}").json()
     assert got["outstanding"] == MiB
     assert client.delete(f"/v1/reservations/{rid}").status_code == 200
@@ -452,7 +451,7 @@ def test_status_is_200_with_volumes_trees_reservations_and_the_daemons_view(
 def _make_orphan(scratch: Path) -> Path:
     job = scratch / ".tmpabc123"
     pcm = job / "fa_v2" / "audio" / "0.pcm"
-    write_bytes(pcm, 256 * 1024)
+    fill_file(pcm, 256 * 1024)
     old = time.time() - 7200
     for p in (pcm, pcm.parent, pcm.parent.parent, job):
         os.utime(p, (old, old))

@@ -25,14 +25,12 @@ from janitor import Janitor, SpaceRisk
 from tests._daemon_helpers import (
     Daemon,
     DaemonSetup,
-    MiB,
     daemon_setup,
     eventually,
-    free_of,
     running_daemon,
     start_daemon,
-    write_bytes,
 )
+from tests._fixtures.space import MiB, fill_file, free_of
 
 
 def usage(tree: Path) -> int:
@@ -52,7 +50,7 @@ def make_entries(tree: Path, n: int, size: int = MiB, *, oldest: float = 3600.0)
     now = time.time()
     out = []
     for i in range(n):
-        path = write_bytes(tree / f"e{i}.wav", size)
+        path = fill_file(tree / f"e{i}.wav", size)
         t = now - oldest + 60 * i
         os.utime(path, (t, t))
         out.append(path)
@@ -146,7 +144,7 @@ def test_a_tree_root_deleted_and_recreated_is_watched_again(tmp_path: Path) -> N
             lambda: all(t["watch"] == "watching" for t in d.status_json()["trees"]),
             what="the watch re-armed",
         )
-        more = [write_bytes(setup.tree / f"n{i}.wav", MiB) for i in range(3)]
+        more = [fill_file(setup.tree / f"n{i}.wav", MiB) for i in range(3)]
         eventually(lambda: usage(setup.tree) <= 4 * MiB, timeout=10, what="eviction after re-arm")
         assert more[-1].exists()
         assert d.proc.poll() is None
@@ -213,8 +211,8 @@ def test_a_volume_below_its_floor_turns_critical_and_everyone_hears_of_it(
             size_b = free_now - size_a - (floor - ballast - MiB)
             assert size_a > 0 and size_b > 0
             with d.events() as ev:
-                write_bytes(setup.mount / "filler_a", size_a)
-                write_bytes(setup.mount / "filler_b", size_b)
+                fill_file(setup.mount / "filler_a", size_a)
+                fill_file(setup.mount / "filler_b", size_b)
 
                 crit = ev.wait_for("level", lambda e: e["level"] == "critical")
                 assert crit.data["volume"] == mount and crit.data["floor"] == floor
@@ -324,7 +322,7 @@ def test_a_volume_below_free_low_is_relieved_by_pressure_eviction(tmp_path: Path
             wait_first_sweep(d)
             assert all(p.exists() for p in entries)
             with d.events() as ev:
-                write_bytes(setup.mount / "filler", free_of(setup.mount) - 10 * MiB)
+                fill_file(setup.mount / "filler", free_of(setup.mount) - 10 * MiB)
                 ev.wait_for("level", lambda e: e["level"] == "warn")
                 ev.wait_for("evicted", lambda e: e["reason"] == "pressure")
                 eventually(lambda: free_of(setup.mount) >= free_target, what="free_target")
@@ -354,7 +352,7 @@ def test_a_low_volume_is_sampled_often_then_calmly_again(tmp_path: Path) -> None
     ):
         time.sleep(3.5)
         assert samples_in(setup, 3.0) <= 2  # calm: one every 3 s
-        filler = write_bytes(setup.mount / "filler", free_of(setup.mount) - 10 * MiB)
+        filler = fill_file(setup.mount / "filler", free_of(setup.mount) - 10 * MiB)
         eventually(lambda: "sampling every 0.2s" in setup.log_file.read_text(), timeout=10,
                    what="fast sampling")  # fmt: skip
         time.sleep(2.0)

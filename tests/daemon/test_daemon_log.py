@@ -14,13 +14,8 @@ import re
 import time
 from pathlib import Path
 
-from tests._daemon_helpers import (
-    MiB,
-    daemon_setup,
-    eventually,
-    running_daemon,
-    write_bytes,
-)
+from tests._daemon_helpers import daemon_setup, eventually, running_daemon
+from tests._fixtures.space import MiB, fill_file
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The first steps a user reads: README's quick start, and the first guide's commands.
@@ -37,12 +32,12 @@ def _old(path: Path, age: float) -> None:
 
 def test_the_first_sweep_is_logged_in_human_units_with_its_reasons(tmp_path: Path) -> None:
     with daemon_setup(tmp_path, size="32m", tree={"quota": "4MiB"}) as setup:
-        cache = [write_bytes(setup.tree / f"e{i}.wav", MiB) for i in range(6)]
+        cache = [fill_file(setup.tree / f"e{i}.wav", MiB) for i in range(6)]
         for i, path in enumerate(cache):
             _old(path, 3600 - 60 * i)  # e0 the least recently used
         jobs = setup.mount / "jobs"
         orphan = jobs / ".tmpab12cd"
-        write_bytes(orphan / "fa_v2" / "audio" / "g0.pcm", MiB)
+        fill_file(orphan / "fa_v2" / "audio" / "g0.pcm", MiB)
         for p in (orphan / "fa_v2" / "audio" / "g0.pcm", orphan / "fa_v2" / "audio"):
             _old(p, 7200)
         _old(orphan / "fa_v2", 7200)

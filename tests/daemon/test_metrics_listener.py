@@ -32,14 +32,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests._daemon_helpers import (
     Daemon,
     DaemonSetup,
-    MiB,
     daemon_setup,
     eventually,
     free_port,
     running_daemon,
-    write_bytes,
 )
 from tests._fixtures.console import one_line_error
+from tests._fixtures.space import MiB, fill_file
 
 from .test_grafana_dashboard import DASHBOARD, dashboard_exprs, substituted
 from .test_prometheus_rules import ALERTS, EXPECTED_ALERTS
@@ -135,7 +134,7 @@ def orphan(setup: DaemonSetup, name: str) -> tuple[Path, subprocess.Popen[bytes]
     assert r.status_code == 200 and r.json()["action"] == "run", r.text
     (held,) = r.json()["session"]["reservations"]
     assert held["pooled"] and held["bytes"] == MiB, held  # the job's working set
-    write_bytes(out, 4096)
+    fill_file(out, 4096)
     return out.parents[2], writer
 
 
@@ -440,7 +439,7 @@ def test_a_real_prometheus_scrapes_it_and_every_dashboard_query_has_data(
         assert refused.status_code == 507 and refused.json()["error"] == "refused", refused.text
         assert c.delete(f"/v1/reservations/{held.json()['id']}").status_code == 200
     for i in range(3):  # 12 MiB in an 8 MiB cache: the watcher has it swept
-        write_bytes(setup.tree / f"entry-{i}.bin", 4 * MiB)
+        fill_file(setup.tree / f"entry-{i}.bin", 4 * MiB)
     folder, writer = orphan(setup, ".tmpgone")
     kill(writer)
     eventually(lambda: not folder.exists(), what="the orphan's removal")

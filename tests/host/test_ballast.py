@@ -10,13 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from janitor.host.ballast import BALLAST_NAME, Ballast, ballast_path
-
-MiB = 1024 * 1024
-
-
-def free_of(path: Path) -> int:
-    st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
+from tests._fixtures.space import MiB, free_of
 
 
 def test_create_allocates_real_blocks_and_release_gives_them_back(

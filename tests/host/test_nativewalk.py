@@ -22,8 +22,8 @@ import pytest
 from janitor.host import cbuild, nativewalk
 from janitor.host.fastpaths import LINUX
 from janitor.host.sizewalk import CHILDREN, FILES, SIZE, Folder, Measured, SizeWalk
+from tests._fixtures.space import MiB
 
-MiB = 1024 * 1024
 COUNTS = [1, 2, 4]
 
 

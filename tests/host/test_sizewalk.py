@@ -16,8 +16,8 @@ import pytest
 
 from janitor.host.fastpaths import LINUX
 from janitor.host.sizewalk import CHILDREN, FILES, Folder, Measured, SizeWalk
+from tests._fixtures.space import MiB
 
-MiB = 1024 * 1024
 COUNTS = [1, 2, 4]  # 1: in this process; more: forked (on Linux)
 
 
