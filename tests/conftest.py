@@ -26,6 +26,8 @@ Fixtures (function scoped unless said), by module of ``tests/_fixtures/``:
 ``console``   ``run_cli("status", "--json") -> CompletedProcess``: the real console script;
               ``run_cli_many([args, ...])``: several at once; ``assert_one_line(stderr)``.
 ``holder``    ``holder(policy, tree, nbytes) -> Holder``: a process holding a reservation.
+``machine``   ``machine_alone``: a test that starts a process every ``janitor doctor`` sees;
+              ``machine_steady``: a test's doctor runs (``run_cli`` takes it for them).
 ``media``     ``m4a(seconds) -> Path``: a mono AAC recording (real ffmpeg); ``media_store`` makes
               any other recording; both once for the run, shared by every worker (read-only).
 ``pipeline``  ``pipeline("64m") -> Pipeline``: batchalign3's two trees on a tmpfs.
@@ -46,6 +48,7 @@ pytest_plugins = [
     "tests._fixtures.space",
     "tests._fixtures.policies",
     "tests._fixtures.volumes",
+    "tests._fixtures.machine",
     "tests._fixtures.console",
     "tests._fixtures.holder",
     "tests._fixtures.media",

@@ -32,14 +32,19 @@ __all__ = [
 ]
 
 
+def _is_doctor(args: tuple[Any, ...]) -> bool:
+    return "doctor" in (os.fspath(a) for a in args if isinstance(a, str | os.PathLike))
+
+
 @pytest.fixture
-def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+def run_cli(machine_steady: Callable[[], None]) -> Callable[..., subprocess.CompletedProcess[str]]:
     """``run_cli(*args, env=None, cwd=None, timeout=60) -> CompletedProcess[str]``.
 
     Runs the real ``janitor`` console script (the one next to ``sys.executable``) with
     ``subprocess.run``, capturing text stdout and stderr; never raises on a non-zero exit.
     The child inherits the isolated ``os.environ``; ``env`` adds to it, and a ``None`` value
-    removes a variable. The child's parent process is the test process.
+    removes a variable. The child's parent process is the test process. A ``doctor`` run
+    holds the machine steady for the rest of the test (tests._fixtures.machine).
     """
     assert JANITOR_BIN.exists(), f"console script {JANITOR_BIN} is not installed"
 
@@ -49,6 +54,8 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
         cwd: Path | None = None,
         timeout: float = 60,
     ) -> subprocess.CompletedProcess[str]:
+        if _is_doctor(args):
+            machine_steady()
         child_env = dict(os.environ)
         for key, value in (env or {}).items():
             if value is None:
@@ -69,7 +76,9 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
 
 
 @pytest.fixture
-def run_cli_many() -> Callable[..., list[subprocess.CompletedProcess[str]]]:
+def run_cli_many(
+    machine_steady: Callable[[], None],
+) -> Callable[..., list[subprocess.CompletedProcess[str]]]:
     """``run_cli_many([args, ...], env=None) -> [CompletedProcess, ...]``: run them concurrently.
 
     Like :func:`run_cli` for several independent invocations at once (the console script's
@@ -89,6 +98,8 @@ def run_cli_many() -> Callable[..., list[subprocess.CompletedProcess[str]]]:
                 args, extra = item
             else:
                 args, extra = item, {}
+            if _is_doctor(args):
+                machine_steady()
             child_env = dict(os.environ)
             for key, value in {**(env or {}), **extra}.items():
                 if value is None:

@@ -835,6 +835,7 @@ def _no_stray_ffmpeg() -> Iterator[None]:
 # -- doctor ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("machine_alone")  # its batchalign3 is every doctor's to see
 def test_doctor_says_whether_a_running_batchalign3_server_has_the_guard_first(
     run_cli: Cli, guard: Path, tmp_path: Path
 ) -> None:

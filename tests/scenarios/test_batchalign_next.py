@@ -133,8 +133,10 @@ def fake_batchalign(folder: Path, *, version: str | None = "0.10.7") -> Path:
 
 
 @pytest.fixture
-def spawn() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """``spawn(argv, env=None)``: a real process left running; killed at teardown."""
+def spawn(machine_alone: None) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """``spawn(argv, env=None)``: a real process left running; killed at teardown. Its
+    stand-ins are seen by every ``janitor doctor``: the test holds the machine alone
+    (tests._fixtures.machine)."""
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
