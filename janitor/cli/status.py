@@ -20,6 +20,9 @@ from janitor.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from janitor.core import Janitor
     from janitor.ledger.db import Ledger
 
 __all__ = ["log_", "paths", "space", "status"]
@@ -28,7 +31,13 @@ __all__ = ["log_", "paths", "space", "status"]
 def status(
     as_json: JsonOpt = False,
     watch: Annotated[
-        bool, typer.Option("--watch", "-w", help="Refresh in place until Ctrl-C.")
+        bool,
+        typer.Option(
+            "--watch",
+            "-w",
+            help="Refresh until Ctrl-C: in place on a terminal; into a pipe or a file, each "
+            "screen after the last, under its time.",
+        ),
     ] = False,
     interval: Annotated[
         float, typer.Option(help="Seconds between refreshes.", callback=at_least(0.2))
@@ -49,16 +58,40 @@ def status(
         _read_as_recorded(jan.ledger)
         return
     lasting()
+    try:
+        if out.is_terminal:
+            _watch_in_place(jan, out, interval)
+        else:
+            _watch_as_log(jan, out, interval)
+    except KeyboardInterrupt:  # Ctrl-C is how a watch ends: exit 0, no traceback
+        pass
+
+
+def _watch_in_place(jan: Janitor, out: Console, interval: float) -> None:
+    """A terminal: one screen, redrawn in place every ``interval`` seconds."""
     from rich.live import Live
 
-    try:
-        with Live(console=out, auto_refresh=False, screen=False) as live:
-            while True:
-                screen_now = render_status(jan.status(), jan.samples(), layout_width(out))
-                live.update(screen_now, refresh=True)
-                time.sleep(interval)
-    except KeyboardInterrupt:
-        pass
+    from janitor.cli.layout import layout_width
+    from janitor.cli.view import render_status
+
+    with Live(console=out, auto_refresh=False, screen=False) as live:
+        while True:
+            live.update(render_status(jan.status(), jan.samples(), layout_width(out)), refresh=True)
+            time.sleep(interval)
+
+
+def _watch_as_log(jan: Janitor, out: Console, interval: float) -> None:
+    """A pipe or a file: each screen whole, after a line with its time, as ``top -b`` and
+    ``vmstat 1`` write; redrawn in place it would show nothing until the watch ended (and
+    Ctrl-C ends the reader of a pipe too)."""
+    from janitor.cli.view import render_status
+
+    while True:
+        out.print(time.strftime("%Y-%m-%d %H:%M:%S %Z"), highlight=False)
+        out.print(render_status(jan.status(), jan.samples(), None))
+        out.print()
+        out.file.flush()
+        time.sleep(interval)
 
 
 def space(

@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -482,26 +483,107 @@ def test_cli_status_json_shape(run_cli: Cli, make_scene: Callable[..., Scene]) -
     assert res["outstanding"] == 2 * MiB
 
 
-def test_cli_status_watch_stops_cleanly_on_ctrl_c(make_scene: Callable[..., Scene]) -> None:
-    make_scene()
+def _stuck(proc: subprocess.Popen[Any]) -> str:
+    """What a process that did not end on Ctrl-C was doing: its signal masks (a blocked or
+    ignored SIGINT is inherited across exec) and, by SIGABRT to its faulthandler, its
+    Python stacks."""
+    try:
+        masks = [ln for ln in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                 if ln.startswith(("State", "Sig"))]  # fmt: skip
+    except OSError:
+        masks = []
+    proc.send_signal(signal.SIGABRT)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return "\n".join([*masks, err if isinstance(err, str) else err.decode(errors="replace")])
+
+
+def _watch_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    return {**env, "PYTHONFAULTHANDLER": "1"}
+
+
+def test_cli_status_watch_into_a_pipe_writes_each_screen_and_stops_cleanly_on_ctrl_c(
+    make_scene: Callable[..., Scene],
+) -> None:
+    """Into a pipe each screen is written whole as it is measured (a reader sees it then, not
+    when the watch ends), under its time, with no escape codes; Ctrl-C ends it with exit 0."""
+    make_scene()
     proc = subprocess.Popen(
         [str(JANITOR_BIN), "status", "--watch", "--interval", "0.2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=_watch_env(),
     )
+    deadline = threading.Timer(60, proc.kill)  # a screen that never comes fails, not hangs
+    deadline.start()
     try:
-        time.sleep(2.0)
-        assert proc.poll() is None, proc.communicate()
+        assert proc.stdout is not None
+        first = [proc.stdout.readline() for _ in range(2)]
+        while "Volumes" not in first[-1]:  # the first screen is being written now
+            line = proc.stdout.readline()
+            assert line, (first, proc.communicate())
+            first.append(line)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=15)
+        try:
+            rest, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 30 s after Ctrl-C:\n{_stuck(proc)}")
     finally:
+        deadline.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err
     assert "Traceback" not in err
-    assert "Volumes" in out
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+\n", first[0]), first
+    out = "".join(first) + rest
     assert "\x1b" not in out
+
+
+def test_cli_status_watch_on_a_terminal_redraws_in_place_and_stops_cleanly_on_ctrl_c(
+    make_scene: Callable[..., Scene],
+) -> None:
+    """On a terminal (a real pseudo-terminal) the screen is redrawn in place, and Ctrl-C
+    after it is drawn ends the watch with exit 0, the last screen left on the terminal."""
+    import pty
+
+    make_scene()
+    main_fd, child_fd = pty.openpty()
+    proc = subprocess.Popen(
+        [str(JANITOR_BIN), "status", "--watch", "--interval", "0.2"],
+        stdin=child_fd,
+        stdout=child_fd,
+        stderr=subprocess.PIPE,
+        env={**_watch_env(), "COLUMNS": "200", "LINES": "60", "TERM": "xterm"},
+    )
+    os.close(child_fd)
+    seen = b""
+    deadline = threading.Timer(60, proc.kill)  # a screen that never comes fails, not hangs
+    deadline.start()
+    try:
+        while seen.count(b"Volumes") < 2:  # drawn, then redrawn
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:  # EIO: the terminal's last writer is gone
+                chunk = b""
+            assert chunk, seen
+            seen += chunk
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 30 s after Ctrl-C:\n{_stuck(proc)}")
+    finally:
+        deadline.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        os.close(main_fd)
+    assert proc.returncode == 0, err
+    assert b"Traceback" not in err
+    assert b"\x1b[" in seen  # the cursor moved back over the last screen to redraw it
