@@ -8,6 +8,7 @@ The command-line checks run the real ``janitor`` console script with its stdout 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import json
@@ -501,6 +502,31 @@ def _stuck(proc: subprocess.Popen[Any]) -> str:
     return "\n".join([*masks, err if isinstance(err, str) else err.decode(errors="replace")])
 
 
+@contextlib.contextmanager
+def _watching(proc: subprocess.Popen[Any]) -> Iterator[None]:
+    """A watch started for a test: killed if its first screen has not come in 60 s (the test
+    then fails rather than hangs) and at the test's end."""
+    deadline = threading.Timer(60, proc.kill)
+    deadline.start()
+    try:
+        yield
+    finally:
+        deadline.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def _ctrl_c(proc: subprocess.Popen[Any]) -> tuple[Any, Any]:
+    """Ctrl-C to a watch: its remaining stdout and its stderr once it ends (fails with what it
+    was doing if it has not ended 30 s later)."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running 30 s after Ctrl-C:\n{_stuck(proc)}")
+
+
 def _watch_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
     return {**env, "PYTHONFAULTHANDLER": "1"}
@@ -519,25 +545,14 @@ def test_cli_status_watch_into_a_pipe_writes_each_screen_and_stops_cleanly_on_ct
         text=True,
         env=_watch_env(),
     )
-    deadline = threading.Timer(60, proc.kill)  # a screen that never comes fails, not hangs
-    deadline.start()
-    try:
+    with _watching(proc):
         assert proc.stdout is not None
         first = [proc.stdout.readline() for _ in range(2)]
         while "Volumes" not in first[-1]:  # the first screen is being written now
             line = proc.stdout.readline()
             assert line, (first, proc.communicate())
             first.append(line)
-        proc.send_signal(signal.SIGINT)
-        try:
-            rest, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"still running 30 s after Ctrl-C:\n{_stuck(proc)}")
-    finally:
-        deadline.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        rest, err = _ctrl_c(proc)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+\n", first[0]), first
@@ -563,27 +578,15 @@ def test_cli_status_watch_on_a_terminal_redraws_in_place_and_stops_cleanly_on_ct
     )
     os.close(child_fd)
     seen = b""
-    deadline = threading.Timer(60, proc.kill)  # a screen that never comes fails, not hangs
-    deadline.start()
-    try:
+    with _watching(proc), contextlib.closing(os.fdopen(main_fd, "rb", buffering=0)) as term:
         while seen.count(b"Volumes") < 2:  # drawn, then redrawn
             try:
-                chunk = os.read(main_fd, 65536)
+                chunk = term.read(65536)
             except OSError:  # EIO: the terminal's last writer is gone
                 chunk = b""
             assert chunk, seen
             seen += chunk
-        proc.send_signal(signal.SIGINT)
-        try:
-            _, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"still running 30 s after Ctrl-C:\n{_stuck(proc)}")
-    finally:
-        deadline.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        os.close(main_fd)
+        _, err = _ctrl_c(proc)
     assert proc.returncode == 0, err
     assert b"Traceback" not in err
     assert b"\x1b[" in seen  # the cursor moved back over the last screen to redraw it
