@@ -23,8 +23,10 @@
  * Installed as `ffprobe` too (beside `ffprobe.guard`), it is the guarded ffprobe: it finds the
  * real ffprobe the same way (JANITOR_FFPROBE), sends each call that is not a request for
  * information to POST /v1/guard/probe (the daemon marks the cache entries it probes awaiting
- * use for its caller, and refuses a probe of a cached WAV whose alignment could never fit),
- * then execs the real ffprobe: the same arguments, stdio and exit code.
+ * use for its caller, and refuses a probe of a cached WAV whose alignment could never fit).
+ * The real ffprobe runs meanwhile, its output held in a pipe until the answer lets it out (a
+ * refused probe shows none of it), so the answer costs next to nothing: the same arguments,
+ * stdin, output and exit code. On a terminal it is exec'd once the answer came.
  *
  * Written in the manner of small system tools: no allocation it does not check, no call
  * whose error it ignores without saying why, no unbounded wait, no global state but what the
@@ -1138,28 +1140,134 @@ static const char *base_name(const char *path) {
     return slash ? slash + 1 : path ? path : "";
 }
 
-/* The guarded ffprobe: the daemon marks what it probes (or refuses a hopeless one); then the
- * real ffprobe, exec'd. Without a daemon, or an answer we do not understand: the Python
- * guarded ffprobe beside us decides through the ledger. */
+/* ---- the guarded ffprobe ---------------------------------------------------------------- */
+
+/* Whether the real ffprobe may start while the daemon decides (its answer then costs the call
+ * next to nothing: it comes while ffprobe loads): a daemon is there, and ffprobe's stdout is
+ * not a terminal (a person reading it does not count the milliseconds, and a terminal keeps
+ * ffprobe's own pace and colours). Otherwise it starts after the answer, exec'd. */
+static int may_overlap(void) {
+    struct stat st;
+    return g_socket != NULL && stat(g_socket, &st) == 0 && S_ISSOCK(st.st_mode) && !isatty(1);
+}
+
+/* Whether our stdout and stderr are one file (2>&1): ffprobe's two streams then share the
+ * held pipe, so what it wrote keeps its order. */
+static int one_output(void) {
+    struct stat o, e;
+    return fstat(1, &o) == 0 && fstat(2, &e) == 0 && o.st_dev == e.st_dev && o.st_ino == e.st_ino;
+}
+
+/* The real ffprobe, started now with its stdout (and its stderr, when they are one file) into
+ * a pipe whose read end is `*held`: nothing it writes there reaches our caller before the
+ * verdict lets it (a refused probe shows nothing of it). It has our stdin, arguments,
+ * environment, signal dispositions and mask, and dies with us (PR_SET_PDEATHSIG on Linux;
+ * elsewhere at its next write once we are gone: SIGPIPE). Its pid, or -1. */
+static pid_t start_held_probe(int *held) {
+    int out[2];
+    if (cloexec_pipe(out) != 0) return -1;
+    int both = one_output();
+    pid_t parent = getpid();
+    int deathsig = 0;
+#ifdef __linux__
+    deathsig = !portable();
+#endif
+    char **argv = calloc((size_t)g_nargs + 2, sizeof *argv);
+    pid_t pid = argv == NULL ? -1 : fork();
+    if (pid == 0) {
+#ifdef __linux__
+        if (deathsig) {
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) _exit(EXIT_NO_FFMPEG);
+            if (getppid() != parent) raise(SIGKILL); /* we died before that took effect */
+        }
+#else
+        (void)parent;
+        (void)deathsig;
+#endif
+        if (dup2(out[1], 1) < 0 || (both && dup2(out[1], 2) < 0)) _exit(EXIT_NO_FFMPEG);
+        argv[0] = (char *)g_real;
+        for (int i = 0; i < g_nargs; i++) argv[i + 1] = g_args[i];
+        execv(g_real, argv);
+        struct buf line = {0};
+        buf_fmt(&line, "cannot run %s: %s", g_real, strerror(errno));
+        say(line.failed ? "cannot run the real program" : line.p); /* as exec_real says it */
+        _exit(EXIT_NO_FFMPEG);
+    }
+    free(argv);
+    (void)close(out[1]);
+    if (pid < 0) { (void)close(out[0]); return -1; }
+    *held = out[0];
+    return pid;
+}
+
+/* What ffprobe wrote and writes to its held pipe, passed on to our stdout to its end. A
+ * stdout nobody reads ends us as it would have ended ffprobe (SIGPIPE; ffprobe then dies
+ * with us). */
+static void pass_on(int held) {
+    char chunk[65536];
+    for (;;) {
+        ssize_t n = read(held, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        for (ssize_t off = 0; off < n;) {
+            ssize_t w = write(1, chunk + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) { (void)close(held); return; } /* EPIPE with SIGPIPE ignored */
+            off += w;
+        }
+    }
+    (void)close(held);
+}
+
+/* The held ffprobe's end: its status once it has ended (signals we were sent were passed on
+ * to it meanwhile). */
+static int reap_probe(pid_t pid) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    g_child = 0;
+    restore_signals();
+    return status;
+}
+
+/* The guarded ffprobe: the daemon marks what it probes (or refuses a hopeless one). The real
+ * ffprobe runs meanwhile, its output held until the answer lets it out (may_overlap), or, where
+ * it may not, is exec'd once the answer came. Without a daemon, or an answer we do not
+ * understand: the Python guarded ffprobe beside us decides through the ledger (a held ffprobe
+ * is stopped first, unseen). */
 static _Noreturn void probe(const char *cwd) {
     struct buf why = {0};
     char *body = call_body(cwd, PROBE_ENV, &why);
     if (body == NULL) hand_over(why.p);
-    struct http_answer ans;
-    if (http("POST", "/v1/guard/probe", body, PROBE_MS, &ans, &why) != 0) hand_over(why.p);
+    int held = -1;
+    pid_t pid = may_overlap() ? start_held_probe(&held) : -1;
+    if (pid > 0) {
+        g_child = (sig_atomic_t)pid;
+        g_foreground = 1; /* in our group: a terminal's Ctrl-C reaches it without us */
+        for (int i = 0; i < NFORWARDED; i++) (void)handle(FORWARDED[i]);
+    }
+    struct http_answer ans = {0};
+    int asked = http("POST", "/v1/guard/probe", body, PROBE_MS, &ans, &why);
     free(body);
     const char *p = ans.body.p, *end = p + ans.body.len;
-    const char *stop = p ? json_skip_value(p, end, 0) : NULL;
+    const char *stop = asked == 0 && p ? json_skip_value(p, end, 0) : NULL;
     char *action = NULL;
     if (stop != NULL && json_skip_ws(stop, end) == end) action = json_get_string(p, end, "action");
     if (action != NULL && ans.status == 200 && !strcmp(action, "exec")) {
         tell(p, end);
-        exec_real();
+        if (pid <= 0) exec_real();
+        pass_on(held);
+        exit(finish(reap_probe(pid)));
+    }
+    if (pid > 0) { /* refused, or handed over: what it wrote is never seen */
+        (void)kill(pid, SIGKILL);
+        (void)close(held);
+        (void)reap_probe(pid);
     }
     if (action != NULL && ans.status == 507 && !strcmp(action, "refuse")) {
         tell(p, end);
         exit(EXIT_REFUSED);
     }
+    if (asked != 0) hand_over(why.p);
     buf_fmt(&why, "the daemon at %s did not take this probe (%d)", g_socket, ans.status);
     hand_over(why.failed ? "the daemon did not take this probe" : why.p);
 }

@@ -145,6 +145,98 @@ def _nothing() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("front_end")
+def test_a_guarded_ffprobe_gives_all_it_writes_in_its_order(tmp_path: Path) -> None:
+    """With the daemon answering (the compiled front end then runs ffprobe while the daemon
+    decides, its output held until the answer), what ffprobe writes passes whole and in its
+    order: more than a pipe holds (every packet of a 150 s WAV, about 190 KiB), and stdout and
+    stderr into one pipe (2>&1) interleaved as ffprobe interleaves them."""
+    with site(tmp_path) as s:
+        wav = entry(s, 150)
+        args = ["-hide_banner", "-v", "info", "-show_packets", "-of", "compact", str(wav)]
+        with running_daemon(s.setup):
+            for stderr in (subprocess.PIPE, subprocess.STDOUT):
+                bare = subprocess.run([REAL_FFPROBE, *args], stdout=subprocess.PIPE,
+                                      stderr=stderr)  # fmt: skip
+                guarded = subprocess.run(["ffprobe", *args], stdout=subprocess.PIPE,
+                                         stderr=stderr, env=s.env())  # fmt: skip
+                assert len(bare.stdout) > 128 * 1024, len(bare.stdout)
+                assert (guarded.returncode, guarded.stdout, guarded.stderr) == (
+                    bare.returncode, bare.stdout, bare.stderr,
+                ), stderr  # fmt: skip
+
+
+@pytest.mark.usefixtures("front_end")
+def test_a_signal_to_a_guarded_ffprobe_ends_its_ffprobe_as_it_would_end_ffprobe(
+    tmp_path: Path,
+) -> None:
+    """A guarded ffprobe reading a stdin that never ends (the daemon answering): SIGTERM to the
+    process its caller started ends it as SIGTERM ends ffprobe, and no ffprobe is left; SIGKILL
+    ends it too, and its ffprobe ends at the latest when its caller's end closes its stdin
+    (on Linux at once: the held ffprobe dies with its guard)."""
+    with site(tmp_path) as s, running_daemon(s.setup):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            _signal_a_probe(s, sig)
+
+
+def _signal_a_probe(s: Site, sig: int) -> None:
+    proc = subprocess.Popen(["ffprobe", "-v", "quiet", "-i", "pipe:0"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=s.env())  # fmt: skip
+    try:
+        probes = eventually(lambda: _ffprobes_of(proc.pid), timeout=20,
+                            what="the real ffprobe running")  # fmt: skip
+        proc.send_signal(sig)
+        assert proc.wait(20) == -sig
+        assert proc.stdin is not None
+        proc.stdin.close()
+        eventually(lambda: not any(_alive(p) for p in probes), timeout=10,
+                   what="no ffprobe left")  # fmt: skip
+    finally:
+        proc.kill()
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _ffprobes_of(pid: int) -> list[int]:
+    """The real ffprobe a guarded one runs: its own pid (exec'd) or a child's (held)."""
+    found = []
+    for p in [pid, *_children(pid)]:
+        try:
+            exe = os.readlink(f"/proc/{p}/exe")
+        except OSError:
+            continue
+        if os.path.basename(exe) == "ffprobe" and os.path.realpath(exe) == os.path.realpath(
+            REAL_FFPROBE
+        ):
+            found.append(p)
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    kids: list[int] = []
+    for tid in tasks:
+        try:
+            kids += [int(k) for k in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+        except OSError:
+            continue
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.usefixtures("front_end")
 def test_a_probe_of_a_cache_entry_marks_it_awaiting_use_until_its_prober_dies(
     tmp_path: Path,
 ) -> None:
