@@ -18,6 +18,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 import time
 import wave
 from collections.abc import Iterator
@@ -425,6 +426,37 @@ def query(url: str, expr: str) -> list[dict[str, Any]]:
     return result
 
 
+@contextmanager
+def falling(path: Path, *, step: int = 64 * 1024, every: float = 0.25,
+            most: int = 12 * MiB) -> Iterator[None]:  # fmt: skip
+    """An outside writer appending ``step`` bytes to ``path`` every ``every`` seconds (up to
+    ``most``) until the block ends; the file is removed then."""
+    stop = threading.Event()
+
+    def write() -> None:
+        with open(path, "ab") as f:
+            while not stop.wait(every) and f.tell() < most:
+                f.write(os.urandom(step))
+                f.flush()
+                os.fsync(f.fileno())
+
+    writer = threading.Thread(target=write, name="falling", daemon=True)
+    writer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        writer.join(10)
+        path.unlink(missing_ok=True)
+
+
+def forecast_ready(text: str) -> bool:
+    """Whether the metrics show a volume's floor coming (a finite ETA) with confidence."""
+    eta = value(text, "janitor_volume_floor_eta_seconds")
+    confidence = value(text, "janitor_volume_forecast_confidence")
+    return eta is not None and eta != float("inf") and (confidence or 0) >= 0.5
+
+
 def test_a_real_prometheus_scrapes_it_and_every_dashboard_query_has_data(
     host: tuple[DaemonSetup, Daemon, str], tmp_path: Path
 ) -> None:
@@ -445,13 +477,23 @@ def test_a_real_prometheus_scrapes_it_and_every_dashboard_query_has_data(
     eventually(lambda: not folder.exists(), what="the orphan's removal")
 
     def evicted() -> str | None:
+        # The orphan's removal is counted once its deletion ends, a moment after its folder
+        # is gone: waited for itself, not for the quota eviction's count.
         text = d.metrics()
-        return text if "janitor_evicted_bytes_total" in text else None
+        orphans = value(text, "janitor_evicted_units_total", tree="jobs", reason="orphan")
+        return text if orphans and "janitor_evicted_bytes_total" in text else None
 
-    metrics = eventually(evicted, what="an eviction counted")
+    metrics = eventually(evicted, what="the orphan's removal and an eviction counted")
     assert value(metrics, "janitor_evicted_units_total", tree="jobs", reason="orphan")
 
-    with prometheus(tmp_path, url.removeprefix("http://")) as prom:
+    # The forecast's panel needs the volume falling steadily for 10 s and more (nine samples,
+    # a good fit): an outside writer keeps it falling from now to the last query, whatever
+    # the module's daemon saw before.
+    with (
+        falling(setup.mount / "outside.bin"),
+        prometheus(tmp_path, url.removeprefix("http://")) as prom,
+    ):
+        eventually(lambda: forecast_ready(d.metrics()), timeout=40, what="a confident forecast")
         eventually(
             lambda: [r["value"][1] for r in query(prom, 'up{job="space-janitor"}')] == ["1"],
             timeout=30,
@@ -464,10 +506,12 @@ def test_a_real_prometheus_scrapes_it_and_every_dashboard_query_has_data(
         )
         (up,) = query(prom, "janitor_up")
         assert up["metric"]["instance"] == url.removeprefix("http://")
-        empty = []
-        for expr in dashboard_exprs(json.loads(DASHBOARD.read_text())):
-            if not query(prom, substituted(expr)):
-                empty.append(expr)
+        exprs = dashboard_exprs(json.loads(DASHBOARD.read_text()))
+        deadline = time.monotonic() + 30  # a panel fed by the forecast waits for its scrape
+        while (empty := [e for e in exprs if not query(prom, substituted(e))]) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.5)
         assert empty == [], "dashboard queries without data"
         rules = httpx.get(f"{prom}/api/v1/rules", timeout=10).json()["data"]["groups"]
         loaded = {r["name"]: r for g in rules for r in g["rules"]}
