@@ -31,6 +31,7 @@ Fixtures (function scoped unless said), by module of ``tests/_fixtures/``:
 ``media``     ``m4a(seconds) -> Path``: a mono AAC recording (real ffmpeg); ``media_store`` makes
               any other recording; both once for the run, shared by every worker (read-only).
 ``pipeline``  ``pipeline("64m") -> Pipeline``: batchalign3's two trees on a tmpfs.
+``order``     no fixture: the longest tests first, dealt to the heads of the workers' queues.
 
 Beside them, ``guard.install_guard(folder, env)`` writes the guard ``janitor shim install --dir``
 writes, in the test's process (for the tests that run the guard and are not about installing it).
@@ -53,6 +54,7 @@ pytest_plugins = [
     "tests._fixtures.holder",
     "tests._fixtures.media",
     "tests._fixtures.pipeline",
+    "tests._fixtures.order",
 ]
 
 # The helpers a test module imported from here before the split, still importable from here
