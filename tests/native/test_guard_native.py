@@ -224,7 +224,8 @@ def _grants() -> list[dict[str, Any]]:
 
 
 class FakeDaemon:
-    """A Unix socket where a daemon would be, answering every connection with ``answer``."""
+    """A Unix socket where a daemon would be, answering every connection with ``answer`` once
+    its request's head is read (``reply``: what a subclass that reads the request overrides)."""
 
     def __init__(self, answer: Callable[[socket.socket], None]) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="fd-", dir="/tmp"))  # short: a socket path
@@ -256,9 +257,13 @@ class FakeDaemon:
                 if not chunk:
                     return
                 data += chunk
-            self.answer(conn)
+            self.reply(conn, data)
         except OSError:
             pass
+
+    def reply(self, conn: socket.socket, data: bytes) -> None:
+        """Answer one request, ``data`` its head and what came with it."""
+        self.answer(conn)
 
     def close(self) -> None:
         self.sock.close()
@@ -745,25 +750,16 @@ class RecordingDaemon(FakeDaemon):
         self.seen: list[tuple[str, dict[str, Any]]] = []
         super().__init__(lambda conn: None)
 
-    def _one(self, conn: socket.socket) -> None:
-        try:
-            conn.settimeout(5)
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            head, _, body = data.partition(b"\r\n\r\n")
-            length = re.search(rb"content-length: *(\d+)", head, re.I)
-            assert length is not None
-            while len(body) < int(length.group(1)):
-                body += conn.recv(65536)
-            self.seen.append((head.split(b"\r\n")[0].decode(), json.loads(body)))
-            verdict = {"action": "exec", "log": self.LOG, "debug": True}
-            conn.sendall(_http(200, json.dumps(verdict).encode()))
-        except OSError:
-            pass
+    def reply(self, conn: socket.socket, data: bytes) -> None:
+        """Keep the request line and the JSON body, read whole; answer ``exec``."""
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = re.search(rb"content-length: *(\d+)", head, re.I)
+        assert length is not None
+        while len(body) < int(length.group(1)):
+            body += conn.recv(65536)
+        self.seen.append((head.split(b"\r\n")[0].decode(), json.loads(body)))
+        verdict = {"action": "exec", "log": self.LOG, "debug": True}
+        conn.sendall(_http(200, json.dumps(verdict).encode()))
 
 
 def test_both_front_ends_send_the_call_as_they_got_it_to_one_endpoint(
