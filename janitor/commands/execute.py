@@ -67,17 +67,10 @@ def run_guarded(
         raise ConfigError(f"command {command[0]!r} not found on PATH, or not an executable file")
     reservation = jan.reserve(tree, nbytes, path=path, job=job, ttl=ttl, evict=evict)
     try:
-        return _run(
-            jan,
-            reservation,
-            list(command),
-            poll=poll,
-            grow=grow,
-            margin=margin,
-            grace=grace,
-            cleanup_on_fail=cleanup_on_fail,
-            say=say,
+        watch = _ExecWatch(
+            jan, reservation, poll=poll, grow=grow, margin=margin, grace=grace, say=say
         )
+        return _run(watch, list(command), cleanup_on_fail=cleanup_on_fail)
     finally:
         reservation.release()
 
@@ -156,22 +149,12 @@ class _ExecWatch(Watch):
             self.renewed = now
 
 
-def _run(
-    jan: Janitor,
-    reservation: Reservation,
-    command: list[str],
-    *,
-    poll: float,
-    grow: bool,
-    margin: float,
-    grace: float,
-    cleanup_on_fail: bool,
-    say: Callable[[str], None] | None,
-) -> ExecResult:
-    info = reservation.info
+def _run(watch: _ExecWatch, command: list[str], *, cleanup_on_fail: bool) -> ExecResult:
+    """Run ``command`` under ``watch`` (its one reservation) to its end; remove what it wrote
+    if it failed or was stopped and ``cleanup_on_fail`` asks so."""
+    info = watch.info
     out = info.path
     env = {**os.environ, "JANITOR_RESERVATION": info.id}
-    watch = _ExecWatch(jan, reservation, poll=poll, grow=grow, margin=margin, grace=grace, say=say)
     try:
         watch.start(command, env=env)
     except OSError as exc:  # e.g. ENOEXEC: an executable file that is no program
