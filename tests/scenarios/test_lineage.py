@@ -13,6 +13,7 @@ taken for it, by either backend, by the daemon's pidfd watch, or when a job is r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -112,6 +113,40 @@ LATER = {
 }
 
 
+#: A parent without job control, as a pipeline's master runs a script: the script stays in the
+#: parent's group, and the parent starts another child after it (that is not the job's). It
+#: started well before the script (a Linux start time counts 10 ms ticks: one started in the
+#: same tick as the script would be no elder of it).
+RUNNER = 'sleep 0.1; bash "$1"; echo $? > "$2"; sleep 600 & wait'
+
+
+@contextlib.contextmanager
+def _running(
+    script: Path, tmp_path: Path, env: dict[str, str], own_group: bool
+) -> Iterator[Callable[[], int]]:
+    """``bash script`` run as a terminal runs it (a group of its own), or by a parent without
+    job control in that parent's group: a group of the parent's own, not the test runner's,
+    whose other workers' tests fork processes into it that a job there would rightly count as
+    its own (they started after it and their parent is gone)."""
+    if own_group:
+        proc = subprocess.Popen(["bash", str(script)], env=env, start_new_session=True)
+        yield lambda: proc.wait(timeout=60)
+        return
+    rc = tmp_path / "script.rc"
+    runner = subprocess.Popen(
+        ["sh", "-c", RUNNER, "runner", str(script), str(rc)], env=env, start_new_session=True
+    )
+
+    def ended() -> str | bool:
+        return rc.exists() and rc.read_text().strip()
+
+    try:
+        yield lambda: int(eventually(ended, timeout=60, what="the script's end"))
+    finally:
+        os.killpg(runner.pid, signal.SIGKILL)
+        runner.wait()
+
+
 @needs_ffmpeg
 @pytest.mark.usefixtures("front_end")
 @pytest.mark.parametrize("own_group", [True, False], ids=["terminal-job", "no-job-control"])
@@ -123,7 +158,7 @@ def test_what_a_script_forks_keeps_its_job_after_the_script_exits(
     ``nohup``'ed loop) that has not cut yet: the job's folder stays while that runs (it was
     removed within a second of the script's exit, and the later cuts failed), then goes at
     once. Run as a terminal runs it (a group of its own) and as a parent without job control
-    runs it (in the test runner's group: the runner and its other children do not keep it)."""
+    runs it (in that parent's group: the parent and its other children do not keep it)."""
     src = m4a(8)
     out = tmp_path / "out"
     out.mkdir()
@@ -132,9 +167,8 @@ def test_what_a_script_forks_keeps_its_job_after_the_script_exits(
         (folder / "fa_v2" / "audio").mkdir(parents=True)
         script = _script(tmp_path, LATER[later])
         env = s.env(DIR=str(folder), SRC=str(src), OUT=str(out))
-        with running_daemon(s.setup):  # it reaps every second
-            proc = subprocess.Popen(["bash", str(script)], env=env, start_new_session=own_group)
-            assert proc.wait(timeout=60) == 0
+        with running_daemon(s.setup), _running(script, tmp_path, env, own_group) as wait:
+            assert wait() == 0  # it reaps every second
             exited = time.monotonic()
             held = eventually(lambda: (out / "held").exists(), timeout=60, what="the later cuts")
             assert held and time.monotonic() - exited > 2.5  # it outlived the script by that
