@@ -1,7 +1,15 @@
 #!/bin/sh
 # Put the active environment's `janitor` where every new shell finds it, as pipx does: a
-# symbolic link in the first of ~/.local/bin and /usr/local/bin that is on PATH and writable
-# (root writes /usr/local/bin), else in ~/.local/bin with the line that puts it on PATH.
+# symbolic link in the first of these folders that is on PATH and writable:
+#
+#   ~/.local/bin, ~/bin     a user's own (pipx's choice; Debian's ~/.profile adds both)
+#   /usr/local/bin          root's, or a Mac with Homebrew's (pip's choice as root)
+#   /usr/bin                root's, when PATH is as short as cron's or `env -i`'s (/usr/bin:/bin)
+#
+# else in ~/.local/bin, and then, as rustup and uv's installer do, it adds that folder to PATH
+# in ~/.profile, ~/.bashrc where it exists and ~/.zshrc where it exists or zsh is the shell
+# (a Mac's): new shells find it.
+# JANITOR_NO_MODIFY_PATH=1 leaves those files alone and prints the line to add instead.
 #
 # The README's quick start runs this when the Python refuses outside installs ("externally
 # managed", Debian and Homebrew) and `janitor` went into ./.venv instead: without it a new shell
@@ -15,16 +23,22 @@ if [ -z "${VIRTUAL_ENV:-}" ] || [ ! -x "$VIRTUAL_ENV/bin/janitor" ]; then
 fi
 target="$VIRTUAL_ENV/bin/janitor"
 
+on_path() {
+    case ":$PATH:" in *":$1:"*) return 0 ;; esac
+    return 1
+}
+
 dir=""
-for candidate in "$HOME/.local/bin" /usr/local/bin; do
-    case ":$PATH:" in
-        *":$candidate:"*) if [ -d "$candidate" ] && [ -w "$candidate" ]; then dir=$candidate; break; fi ;;
-    esac
+for candidate in "$HOME/.local/bin" "$HOME/bin" /usr/local/bin /usr/bin; do
+    if on_path "$candidate" && [ -d "$candidate" ] && [ -w "$candidate" ]; then
+        dir=$candidate
+        break
+    fi
 done
+off_path=""
 if [ -z "$dir" ]; then
     dir="$HOME/.local/bin"
-    mkdir -p "$dir"
-    echo "link-janitor: $dir is not on PATH; add it: echo 'export PATH=\"$dir:\$PATH\"' >> ~/.profile"
+    off_path=1
 fi
 
 link="$dir/janitor"
@@ -32,5 +46,36 @@ if [ -e "$link" ] && [ ! -L "$link" ]; then
     echo "link-janitor: $link is a file, not a link; move it away, then run this again" >&2
     exit 2
 fi
+
+# Where the folder is not on PATH: one line, guarded so that a shell that has the folder on
+# PATH already does not add it twice, appended once to each startup file.
+line="export PATH=\"$dir:\$PATH\""
+guarded="case \":\$PATH:\" in *\":$dir:\"*) ;; *) $line ;; esac  # space-janitor"
+added=""
+add_to() {
+    if ! grep -qsF "$guarded" "$1"; then
+        printf '\n%s\n' "$guarded" >> "$1"
+        added="${added:+$added and }~/${1#"$HOME"/}"
+    fi
+}
+said=""
+if [ -n "$off_path" ]; then
+    if [ -n "${JANITOR_NO_MODIFY_PATH:-}" ]; then
+        said="; $dir is not on PATH: add it with: echo '$line' >> ~/.profile"
+    else
+        add_to "$HOME/.profile"
+        if [ -f "$HOME/.bashrc" ]; then add_to "$HOME/.bashrc"; fi
+        # zsh (a Mac's shell) reads no ~/.profile.
+        shell=${SHELL:-}
+        if [ -f "$HOME/.zshrc" ] || [ "${shell##*/}" = zsh ]; then add_to "$HOME/.zshrc"; fi
+        if [ -n "$added" ]; then
+            said="; $dir is not on PATH here: added it for new shells in $added"
+        else
+            said="; $dir is not on PATH here: the startup files add it for new shells"
+        fi
+    fi
+fi
+
+mkdir -p "$dir"
 ln -sfn "$target" "$link"
-echo "link-janitor: new shells run $link -> $target"
+echo "link-janitor: new shells run $link -> $target$said"

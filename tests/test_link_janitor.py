@@ -1,68 +1,109 @@
 """``scripts/link-janitor.sh``: the README's first line runs it where the Python refuses outside
-installs, so that a new shell finds ``janitor``. It links into the first of ``~/.local/bin``
-and ``/usr/local/bin`` on PATH that it may write, replaces only a link, never a file, and says
-what it did in one line (exit 0), or why not (exit 2, nothing changed)."""
+installs, so that a new shell finds ``janitor``. It links into the first of ``~/.local/bin``,
+``~/bin``, ``/usr/local/bin`` and ``/usr/bin`` on PATH that it may write, else into
+``~/.local/bin`` and puts that on PATH in the shells' startup files; it replaces only a link,
+never a file, and says what it did in one line (exit 0), or why not (exit 2, nothing changed).
+
+The script runs with a PATH of the test's folders and copies of the few programs it needs, never
+the machine's ``/usr/bin`` (as root it would link there); the ``/usr/bin`` case runs in a mount
+namespace of its own with a folder mounted over ``/usr/bin``."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "link-janitor.sh"
+#: What the script and a new shell run, copied (not linked: the ``/usr/bin`` test hides it).
+PROGRAMS = ("sh", "ln", "mkdir", "grep", "mount")
 
 
-def _venv(tmp_path: Path) -> Path:
+@pytest.fixture
+def tools(tmp_path: Path) -> Path:
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    for name in PROGRAMS:
+        found = shutil.which(name)
+        assert found is not None, name
+        shutil.copy2(os.path.realpath(found), folder / name)
+    return folder
+
+
+def _venv(tmp_path: Path, tools: Path) -> Path:
     """A stand-in environment: ``bin/janitor`` that says who it is."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     janitor = venv / "bin" / "janitor"
-    janitor.write_text("#!/bin/sh\necho janitor from the venv\n")
+    janitor.write_text(f"#!{tools / 'sh'}\necho janitor from the venv\n")
     janitor.chmod(0o755)
     return venv
 
 
-def _run(tmp_path: Path, path: str, venv: Path | None) -> subprocess.CompletedProcess[str]:
-    env = {"HOME": str(tmp_path / "home"), "PATH": f"{path}:/usr/bin:/bin"}
+def _run(
+    tmp_path: Path, path: str, venv: Path | None, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    tools = tmp_path / "tools"
+    env = {"HOME": str(tmp_path / "home"), "PATH": f"{path}:{tools}", **extra}
     if venv is not None:
         env["VIRTUAL_ENV"] = str(venv)
-    return subprocess.run(["sh", str(SCRIPT)], env=env, capture_output=True, text=True)
+    return subprocess.run([str(tools / "sh"), str(SCRIPT)], env=env, capture_output=True, text=True)
 
 
-def test_links_into_local_bin_on_path_and_a_new_shell_runs_it(tmp_path: Path) -> None:
+def _new_shell(tmp_path: Path, path: str, *, login: bool = False) -> str:
+    """What ``janitor`` prints in a new shell with ``path`` (a login shell reads ~/.profile)."""
+    sh = str(tmp_path / "tools" / "sh")
+    env = {"HOME": str(tmp_path / "home"), "PATH": path}
+    args = [sh, "-l", "-c", "janitor"] if login else [sh, "-c", "janitor"]
+    return subprocess.run(args, env=env, capture_output=True, text=True).stdout
+
+
+def test_links_into_local_bin_on_path_and_a_new_shell_runs_it(tmp_path: Path, tools: Path) -> None:
     local = tmp_path / "home" / ".local" / "bin"
     local.mkdir(parents=True)
-    done = _run(tmp_path, str(local), _venv(tmp_path))
+    done = _run(tmp_path, str(local), _venv(tmp_path, tools))
     assert done.returncode == 0, done.stderr
     assert os.readlink(local / "janitor") == str(tmp_path / "venv" / "bin" / "janitor")
-    fresh = subprocess.run(
-        ["sh", "-c", "janitor"], env={"PATH": f"{local}:/usr/bin:/bin"},
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert fresh.stdout == "janitor from the venv\n"
+    assert _new_shell(tmp_path, f"{local}:{tools}") == "janitor from the venv\n"
     assert done.stdout.count("\n") == 1 and str(local / "janitor") in done.stdout
+    assert not (tmp_path / "home" / ".profile").exists()  # on PATH: nothing to add
 
 
-def test_an_older_link_is_replaced(tmp_path: Path) -> None:
+def test_home_bin_on_path_is_used_when_local_bin_is_not(tmp_path: Path, tools: Path) -> None:
+    home_bin = tmp_path / "home" / "bin"
+    home_bin.mkdir(parents=True)
+    done = _run(tmp_path, str(home_bin), _venv(tmp_path, tools))
+    assert done.returncode == 0, done.stderr
+    assert (home_bin / "janitor").is_symlink()
+    assert not (tmp_path / "home" / ".local").exists()
+
+
+def test_an_older_link_is_replaced(tmp_path: Path, tools: Path) -> None:
     local = tmp_path / "home" / ".local" / "bin"
     local.mkdir(parents=True)
     (local / "janitor").symlink_to(tmp_path / "old-clone" / ".venv" / "bin" / "janitor")
-    assert _run(tmp_path, str(local), _venv(tmp_path)).returncode == 0
+    assert _run(tmp_path, str(local), _venv(tmp_path, tools)).returncode == 0
     assert os.readlink(local / "janitor") == str(tmp_path / "venv" / "bin" / "janitor")
 
 
-def test_a_file_in_the_way_is_kept_and_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize("on_path", [True, False], ids=["on-path", "off-path"])
+def test_a_file_in_the_way_is_kept_and_named(tmp_path: Path, tools: Path, on_path: bool) -> None:
+    """Nothing changes: not the file, not a startup file."""
     local = tmp_path / "home" / ".local" / "bin"
     local.mkdir(parents=True)
     (local / "janitor").write_text("someone else's\n")
-    done = _run(tmp_path, str(local), _venv(tmp_path))
+    done = _run(tmp_path, str(local if on_path else tmp_path), _venv(tmp_path, tools))
     assert done.returncode == 2
     assert (local / "janitor").read_text() == "someone else's\n"
     assert done.stderr.count("\n") == 1 and "is a file, not a link" in done.stderr
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == [".local"]
 
 
-def test_without_an_active_environment_nothing_is_linked(tmp_path: Path) -> None:
+def test_without_an_active_environment_nothing_is_linked(tmp_path: Path, tools: Path) -> None:
     local = tmp_path / "home" / ".local" / "bin"
     local.mkdir(parents=True)
     done = _run(tmp_path, str(local), None)
@@ -71,13 +112,81 @@ def test_without_an_active_environment_nothing_is_linked(tmp_path: Path) -> None
     assert list(local.iterdir()) == []
 
 
-def test_with_no_writable_folder_on_path_it_makes_local_bin_and_says_how_to_add_it(
-    tmp_path: Path,
+def test_with_no_folder_on_path_it_links_into_local_bin_and_puts_that_on_path(
+    tmp_path: Path, tools: Path
 ) -> None:
+    """PATH as short as cron's, for a user who may write none of its folders: the link goes into
+    ~/.local/bin, which ~/.profile (and ~/.bashrc, which exists) put on PATH, once, however often
+    it runs; a new login shell then finds ``janitor`` where a shell of the old PATH does not."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("# the user's own\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    done = _run(tmp_path, str(elsewhere), _venv(tmp_path))
-    local = tmp_path / "home" / ".local" / "bin"
+    venv = _venv(tmp_path, tools)
+    done = _run(tmp_path, str(elsewhere), venv, SHELL="/bin/bash")
+    local = home / ".local" / "bin"
     assert done.returncode == 0, done.stderr
-    assert (local / "janitor").is_symlink()
-    assert "is not on PATH; add it" in done.stdout
+    assert os.readlink(local / "janitor") == str(venv / "bin" / "janitor")
+    assert done.stdout.count("\n") == 1, done.stdout
+    assert "added it for new shells in ~/.profile and ~/.bashrc" in done.stdout
+    assert not (home / ".zshrc").exists()
+    assert (home / ".bashrc").read_text().startswith("# the user's own\n")
+    assert _new_shell(tmp_path, f"{elsewhere}:{tools}") == ""  # this PATH has no janitor
+    assert _new_shell(tmp_path, f"{elsewhere}:{tools}", login=True) == "janitor from the venv\n"
+    before = {name: (home / name).read_text() for name in (".profile", ".bashrc")}
+    again = _run(tmp_path, str(elsewhere), venv, SHELL="/bin/bash")
+    assert again.returncode == 0 and "the startup files add it" in again.stdout
+    assert {name: (home / name).read_text() for name in before} == before
+
+
+def test_zsh_gets_the_line_in_zshrc(tmp_path: Path, tools: Path) -> None:
+    """A Mac's shell, zsh, reads no ~/.profile: ~/.zshrc is made for it."""
+    (tmp_path / "home").mkdir()
+    done = _run(tmp_path, str(tmp_path), _venv(tmp_path, tools), SHELL="/bin/zsh")
+    assert done.returncode == 0, done.stderr
+    zshrc = (tmp_path / "home" / ".zshrc").read_text()
+    assert f'export PATH="{tmp_path}/home/.local/bin:$PATH"' in zshrc
+
+
+def test_told_not_to_touch_startup_files_it_says_the_line_to_add(
+    tmp_path: Path, tools: Path
+) -> None:
+    done = _run(tmp_path, str(tmp_path), _venv(tmp_path, tools), JANITOR_NO_MODIFY_PATH="1")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "home" / ".local" / "bin" / "janitor").is_symlink()
+    assert "is not on PATH: add it with: echo 'export PATH=" in done.stdout
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == [".local"]
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="mounting a folder over /usr/bin in a mount namespace needs root and unshare",
+)
+def test_root_with_path_as_short_as_crons_links_into_usr_bin(tmp_path: Path, tools: Path) -> None:
+    """Root with PATH=/usr/bin:/bin (cron's, ``env -i``'s): neither ~/.local/bin nor
+    /usr/local/bin is on it, so a new shell of that PATH finds ``janitor`` only in /usr/bin.
+    Run in a mount namespace with a folder of its own over /usr/bin: the machine's is untouched."""
+    usr_bin = tmp_path / "usr-bin"  # a /usr/bin with the programs the script runs
+    shutil.copytree(tools, usr_bin)
+    venv = _venv(tmp_path, tools)
+    sh = tools / "sh"
+    inside = (
+        f"{tools / 'mount'} --bind {usr_bin} /usr/bin && "
+        f"VIRTUAL_ENV={venv} {sh} {SCRIPT} && {sh} -c janitor"
+    )
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", str(sh), "-c", inside],
+        env={"HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"link-janitor: new shells run /usr/bin/janitor -> {venv}/bin/janitor",
+        "janitor from the venv",
+    ]
+    assert os.readlink(usr_bin / "janitor") == str(venv / "bin" / "janitor")
+    assert not (tmp_path / "home").exists()  # on PATH: no startup file touched
+    assert not Path("/usr/bin/janitor").is_symlink() or os.readlink("/usr/bin/janitor") != str(
+        venv / "bin" / "janitor"
+    )
