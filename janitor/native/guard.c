@@ -397,15 +397,28 @@ static int64_t g_started; /* now_ms() as we started: the call's wait counts from
 static const char *g_real;
 static struct settings g_set;
 
-static _Noreturn void exec_real(void) {
+/* The real program's argv for execv: its path, then our arguments. NULL (errno ENOMEM) when it
+ * cannot be allocated. */
+static char **real_argv(void) {
     char **argv = calloc((size_t)g_nargs + 2, sizeof *argv);
-    if (argv == NULL) { say("out of memory"); exit(EXIT_NO_FFMPEG); }
+    if (argv == NULL) { errno = ENOMEM; return NULL; }
     argv[0] = (char *)g_real;
     for (int i = 0; i < g_nargs; i++) argv[i + 1] = g_args[i];
+    return argv;
+}
+
+/* Exec the real program with `argv`; where that fails, say why in one line and return. */
+static void exec_argv(char **argv) {
     execv(g_real, argv);
     struct buf line = {0};
     buf_fmt(&line, "cannot run %s: %s", g_real, strerror(errno));
     say(line.failed ? "cannot run the real program" : line.p);
+}
+
+static _Noreturn void exec_real(void) {
+    char **argv = real_argv();
+    if (argv == NULL) { say("out of memory"); exit(EXIT_NO_FFMPEG); }
+    exec_argv(argv);
     exit(EXIT_NO_FFMPEG);
 }
 
@@ -522,6 +535,31 @@ static int portable(void) {
     return v != NULL && *v != '\0' && strcmp(v, "0") != 0;
 }
 
+/* Whether the real program is to die with us (PR_SET_PDEATHSIG): on Linux, but not in the
+ * portable mode, which runs as on macOS (the sentinel alone, or SIGPIPE). Asked before fork. */
+static int dies_with_us(void) {
+#ifdef __linux__
+    return !portable();
+#else
+    return 0;
+#endif
+}
+
+/* In the child, before exec: arm its death with `parent` (SIGKILL), and die now if the parent
+ * died before that took effect. 0, or -1 if the kernel refused. */
+static int arm_death(pid_t parent, int wanted) {
+#ifdef __linux__
+    if (wanted) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) return -1;
+        if (getppid() != parent) raise(SIGKILL);
+    }
+#else
+    (void)parent;
+    (void)wanted;
+#endif
+    return 0;
+}
+
 /* fork + exec of the real ffmpeg, armed first: its own group (unless in a terminal's
  * foreground), pdeathsig on Linux, the signal dispositions and mask we were given. Returns
  * its pid, or -1 with errno (exec failed). */
@@ -529,27 +567,14 @@ static pid_t start_ffmpeg(const sigset_t *given_mask) {
     int err[2];
     if (cloexec_pipe(err) != 0) return -1;
     pid_t parent = getpid();
-    int deathsig = 0;
-#ifdef __linux__
-    deathsig = !portable();
-#endif
-    char **argv = calloc((size_t)g_nargs + 2, sizeof *argv);
+    int deathsig = dies_with_us();
+    char **argv = real_argv();
     if (argv == NULL) { (void)close(err[0]); (void)close(err[1]); errno = ENOMEM; return -1; }
-    argv[0] = (char *)g_real;
-    for (int i = 0; i < g_nargs; i++) argv[i + 1] = g_args[i];
     pid_t pid = fork();
     if (pid < 0) { free(argv); (void)close(err[0]); (void)close(err[1]); return -1; }
     if (pid == 0) {
         (void)close(err[0]);
-#ifdef __linux__
-        if (deathsig) {
-            if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) _exit(127);
-            if (getppid() != parent) raise(SIGKILL); /* we died before that took effect */
-        }
-#else
-        (void)parent;
-        (void)deathsig;
-#endif
+        if (arm_death(parent, deathsig) != 0) _exit(127);
         if (!g_foreground) (void)setpgid(0, 0);
         for (int sig = 1; sig < NSIG; sig++)
             if (g_handled[sig]) (void)sigaction(sig, &g_saved[sig], NULL);
@@ -1168,29 +1193,13 @@ static pid_t start_held_probe(int *held) {
     if (cloexec_pipe(out) != 0) return -1;
     int both = one_output();
     pid_t parent = getpid();
-    int deathsig = 0;
-#ifdef __linux__
-    deathsig = !portable();
-#endif
-    char **argv = calloc((size_t)g_nargs + 2, sizeof *argv);
+    int deathsig = dies_with_us();
+    char **argv = real_argv();
     pid_t pid = argv == NULL ? -1 : fork();
     if (pid == 0) {
-#ifdef __linux__
-        if (deathsig) {
-            if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) _exit(EXIT_NO_FFMPEG);
-            if (getppid() != parent) raise(SIGKILL); /* we died before that took effect */
-        }
-#else
-        (void)parent;
-        (void)deathsig;
-#endif
+        if (arm_death(parent, deathsig) != 0) _exit(EXIT_NO_FFMPEG);
         if (dup2(out[1], 1) < 0 || (both && dup2(out[1], 2) < 0)) _exit(EXIT_NO_FFMPEG);
-        argv[0] = (char *)g_real;
-        for (int i = 0; i < g_nargs; i++) argv[i + 1] = g_args[i];
-        execv(g_real, argv);
-        struct buf line = {0};
-        buf_fmt(&line, "cannot run %s: %s", g_real, strerror(errno));
-        say(line.failed ? "cannot run the real program" : line.p); /* as exec_real says it */
+        exec_argv(argv);
         _exit(EXIT_NO_FFMPEG);
     }
     free(argv);

@@ -477,13 +477,15 @@ def test_a_parent_shell_that_runs_one_command_string_is_not_the_writer() -> None
     the process that ran it."""
     from janitor.host.owner import choose_writer
 
-    proc = subprocess.Popen(["sh", "-c", "sleep 30; true"])
+    # A group of its own, all killed at the end: a ``sleep`` left running in the test runner's
+    # group would keep other tests' jobs of that group alive (tests/scenarios/test_lineage).
+    proc = subprocess.Popen(["sh", "-c", "sleep 30; true"], start_new_session=True)
     try:
         shell = psutil.Process(proc.pid)
         eventually(lambda: shell.children(), timeout=10, what="sleep to start")
         assert choose_writer(proc.pid).pid == os.getpid()
     finally:
-        proc.send_signal(signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 
