@@ -527,6 +527,14 @@ def _ctrl_c(proc: subprocess.Popen[Any]) -> tuple[Any, Any]:
         pytest.fail(f"still running 30 s after Ctrl-C:\n{_stuck(proc)}")
 
 
+def _ctrl_c_reaches_it() -> None:
+    """In the watch's child, before exec: SIGINT as a terminal's foreground job has it. A
+    test runner started in the background by a non-interactive shell (``pytest &``, as a CI
+    harness may start it) ignores SIGINT, and an ignored signal stays ignored across fork and
+    exec: Python then installs no handler, and Ctrl-C would never reach the watch."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _watch_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
     return {**env, "PYTHONFAULTHANDLER": "1"}
@@ -544,6 +552,7 @@ def test_cli_status_watch_into_a_pipe_writes_each_screen_and_stops_cleanly_on_ct
         stderr=subprocess.PIPE,
         text=True,
         env=_watch_env(),
+        preexec_fn=_ctrl_c_reaches_it,
     )
     with _watching(proc):
         assert proc.stdout is not None
@@ -575,6 +584,7 @@ def test_cli_status_watch_on_a_terminal_redraws_in_place_and_stops_cleanly_on_ct
         stdout=child_fd,
         stderr=subprocess.PIPE,
         env={**_watch_env(), "COLUMNS": "200", "LINES": "60", "TERM": "xterm"},
+        preexec_fn=_ctrl_c_reaches_it,
     )
     os.close(child_fd)
     seen = b""
