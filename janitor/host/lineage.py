@@ -17,6 +17,8 @@ counts for the job when:
 - and no process between it and the top of its group started earlier than that (an
   **elder**: the long-running parent of a group its job shares, a test runner or a pipeline
   master that runs scripts without job control, whose other children are not the job's).
+  What that parent's other scripts left running after they exited is not told apart from the
+  job's own (younger, in the group, parent gone): it keeps the job until it ends, never less.
 
 That is the narrowest lineage POSIX keeps on Linux and macOS alike: a script run from a
 terminal is a job of its own (job control gives it its own group), a batchalign3 server its own
