@@ -4,21 +4,29 @@
 #
 #   ~/.local/bin, ~/bin     a user's own (pipx's choice; Debian's ~/.profile adds both)
 #   /usr/local/bin          root's, or a Mac with Homebrew's (pip's choice as root)
-#   /usr/bin                root's, when PATH is as short as cron's or `env -i`'s (/usr/bin:/bin)
+#   /usr/bin                root's, only when PATH is as short as cron's or `env -i`'s
+#                           (/usr/bin:/bin), where no other folder would be found
 #
 # else in ~/.local/bin, and then, as rustup and uv's installer do, it adds that folder to PATH
-# in ~/.profile, ~/.bashrc where it exists and ~/.zshrc where it exists or zsh is the shell
-# (a Mac's): new shells find it.
-# JANITOR_NO_MODIFY_PATH=1 leaves those files alone and prints the line to add instead.
+# in ~/.profile, in ~/.bash_profile and ~/.bashrc where they exist (bash reads no ~/.profile
+# when it has a ~/.bash_profile), and in ~/.zshrc where it exists or zsh is the shell (a
+# Mac's): new shells find it. JANITOR_NO_MODIFY_PATH=1 leaves those files alone and prints the
+# line to add instead.
 #
 # The README's quick start runs this when the Python refuses outside installs ("externally
 # managed", Debian and Homebrew) and `janitor` went into ./.venv instead: without it a new shell
-# says `janitor: command not found`. It replaces only a link (an older clone's), never a file.
-# Exit 0 linked (or nothing to do), 2 nothing to link or a file is in the way.
+# says `janitor: command not found`. It replaces only a link of an older environment's
+# (a clone's .venv, or one gone), never a file nor another program's link.
+# Exit 0 linked (a startup file it could not write is said, not fatal); 2 nothing to link, no
+# HOME, or something else in the way: then nothing was changed.
 set -eu
 
 if [ -z "${VIRTUAL_ENV:-}" ] || [ ! -x "$VIRTUAL_ENV/bin/janitor" ]; then
     echo "link-janitor: no janitor in an active environment: . .venv/bin/activate && pip install . first" >&2
+    exit 2
+fi
+if [ -z "${HOME:-}" ]; then
+    echo "link-janitor: HOME is not set; set it to your home folder, then run this again" >&2
     exit 2
 fi
 target="$VIRTUAL_ENV/bin/janitor"
@@ -41,21 +49,46 @@ if [ -z "$dir" ]; then
     off_path=1
 fi
 
+# What is there already: nothing, or a link to a janitor of an environment (a folder with
+# pyvenv.cfg) or to nothing any more; anything else is someone else's, and stays.
 link="$dir/janitor"
-if [ -e "$link" ] && [ ! -L "$link" ]; then
+if [ -L "$link" ]; then
+    old=$(readlink "$link")
+    case "$old" in
+        "$target") ;;  # this environment's already: linked again, the same
+        */bin/janitor)
+            if [ -e "$old" ] && [ ! -f "${old%/bin/janitor}/pyvenv.cfg" ]; then
+                echo "link-janitor: $link is a link to $old, not to an environment's janitor; move it away, then run this again" >&2
+                exit 2
+            fi ;;
+        *)
+            if [ -e "$old" ]; then
+                echo "link-janitor: $link is a link to $old, not to an environment's janitor; move it away, then run this again" >&2
+                exit 2
+            fi ;;
+    esac
+elif [ -e "$link" ]; then
     echo "link-janitor: $link is a file, not a link; move it away, then run this again" >&2
     exit 2
 fi
+
+mkdir -p "$dir"
+ln -sfn "$target" "$link"
 
 # Where the folder is not on PATH: one line, guarded so that a shell that has the folder on
 # PATH already does not add it twice, appended once to each startup file.
 line="export PATH=\"$dir:\$PATH\""
 guarded="case \":\$PATH:\" in *\":$dir:\"*) ;; *) $line ;; esac  # space-janitor"
 added=""
+failed=""
 add_to() {
-    if ! grep -qsF "$guarded" "$1"; then
-        printf '\n%s\n' "$guarded" >> "$1"
+    if grep -qsF "$guarded" "$1"; then
+        return 0
+    fi
+    if printf '\n%s\n' "$guarded" 2>/dev/null >> "$1"; then
         added="${added:+$added and }~/${1#"$HOME"/}"
+    else
+        failed="${failed:+$failed and }~/${1#"$HOME"/}"
     fi
 }
 said=""
@@ -64,18 +97,20 @@ if [ -n "$off_path" ]; then
         said="; $dir is not on PATH: add it with: echo '$line' >> ~/.profile"
     else
         add_to "$HOME/.profile"
-        if [ -f "$HOME/.bashrc" ]; then add_to "$HOME/.bashrc"; fi
+        for rc in "$HOME/.bash_profile" "$HOME/.bash_login" "$HOME/.bashrc"; do
+            if [ -f "$rc" ]; then add_to "$rc"; fi
+        done
         # zsh (a Mac's shell) reads no ~/.profile.
         shell=${SHELL:-}
         if [ -f "$HOME/.zshrc" ] || [ "${shell##*/}" = zsh ]; then add_to "$HOME/.zshrc"; fi
         if [ -n "$added" ]; then
             said="; $dir is not on PATH here: added it for new shells in $added"
-        else
+        elif [ -z "$failed" ]; then
             said="; $dir is not on PATH here: the startup files add it for new shells"
+        fi
+        if [ -n "$failed" ]; then
+            said="$said; could not write $failed: add it there with: $line"
         fi
     fi
 fi
-
-mkdir -p "$dir"
-ln -sfn "$target" "$link"
 echo "link-janitor: new shells run $link -> $target$said"

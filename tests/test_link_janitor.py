@@ -1,8 +1,9 @@
 """``scripts/link-janitor.sh``: the README's first line runs it where the Python refuses outside
 installs, so that a new shell finds ``janitor``. It links into the first of ``~/.local/bin``,
 ``~/bin``, ``/usr/local/bin`` and ``/usr/bin`` on PATH that it may write, else into
-``~/.local/bin`` and puts that on PATH in the shells' startup files; it replaces only a link,
-never a file, and says what it did in one line (exit 0), or why not (exit 2, nothing changed).
+``~/.local/bin`` and puts that on PATH in the shells' startup files; it replaces only a link to
+an environment's janitor or to nothing, never a file nor another program's link, and says
+what it did in one line (exit 0), or why not (exit 2, nothing changed).
 
 The script runs with a PATH of the test's folders and copies of the few programs it needs, never
 the machine's ``/usr/bin`` (as root it would link there); the ``/usr/bin`` case runs in a mount
@@ -20,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "link-janitor.sh"
 #: What the script and a new shell run, copied (not linked: the ``/usr/bin`` test hides it).
-PROGRAMS = ("sh", "ln", "mkdir", "grep", "mount")
+PROGRAMS = ("sh", "ln", "mkdir", "grep", "readlink", "mount")
 
 
 @pytest.fixture
@@ -38,6 +39,7 @@ def _venv(tmp_path: Path, tools: Path) -> Path:
     """A stand-in environment: ``bin/janitor`` that says who it is."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
     janitor = venv / "bin" / "janitor"
     janitor.write_text(f"#!{tools / 'sh'}\necho janitor from the venv\n")
     janitor.chmod(0o755)
@@ -103,6 +105,34 @@ def test_a_file_in_the_way_is_kept_and_named(tmp_path: Path, tools: Path, on_pat
     assert sorted(p.name for p in (tmp_path / "home").iterdir()) == [".local"]
 
 
+def test_another_programs_link_is_kept_and_named(tmp_path: Path, tools: Path) -> None:
+    """A link named janitor to a program of no environment (a package's own) is not ours."""
+    local = tmp_path / "home" / ".local" / "bin"
+    local.mkdir(parents=True)
+    other = tmp_path / "opt" / "janitor-tool" / "bin" / "janitor"
+    other.parent.mkdir(parents=True)
+    other.write_text("#!/bin/sh\n")
+    (local / "janitor").symlink_to(other)
+    done = _run(tmp_path, str(local), _venv(tmp_path, tools))
+    assert done.returncode == 2
+    assert os.readlink(local / "janitor") == str(other)
+    assert done.stderr.count("\n") == 1 and "not to an environment's janitor" in done.stderr
+
+
+def test_a_link_to_another_environments_janitor_is_replaced(tmp_path: Path, tools: Path) -> None:
+    """An older clone's .venv that still exists (it has pyvenv.cfg) is an environment's."""
+    local = tmp_path / "home" / ".local" / "bin"
+    local.mkdir(parents=True)
+    older = tmp_path / "old-clone" / ".venv"
+    (older / "bin").mkdir(parents=True)
+    (older / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (older / "bin" / "janitor").write_text("#!/bin/sh\n")
+    (local / "janitor").symlink_to(older / "bin" / "janitor")
+    done = _run(tmp_path, str(local), _venv(tmp_path, tools))
+    assert done.returncode == 0, done.stderr
+    assert os.readlink(local / "janitor") == str(tmp_path / "venv" / "bin" / "janitor")
+
+
 def test_without_an_active_environment_nothing_is_linked(tmp_path: Path, tools: Path) -> None:
     local = tmp_path / "home" / ".local" / "bin"
     local.mkdir(parents=True)
@@ -140,6 +170,24 @@ def test_with_no_folder_on_path_it_links_into_local_bin_and_puts_that_on_path(
     assert {name: (home / name).read_text() for name in before} == before
 
 
+def test_bash_profile_gets_the_line_and_an_unwritable_startup_file_is_said(
+    tmp_path: Path, tools: Path
+) -> None:
+    """bash reads no ~/.profile when there is a ~/.bash_profile: that gets the line too. A
+    startup file it cannot write (here ~/.profile is a folder) is said, with the line to add;
+    the link is made all the same."""
+    home = tmp_path / "home"
+    (home / ".profile").mkdir(parents=True)
+    (home / ".bash_profile").write_text("# mine\n")
+    done = _run(tmp_path, str(tmp_path), _venv(tmp_path, tools), SHELL="/bin/bash")
+    assert done.returncode == 0, done.stderr
+    assert (home / ".local" / "bin" / "janitor").is_symlink()
+    assert "space-janitor" in (home / ".bash_profile").read_text()
+    assert "added it for new shells in ~/.bash_profile" in done.stdout
+    assert "could not write ~/.profile: add it there with: export PATH=" in done.stdout
+    assert done.stdout.count("\n") == 1
+
+
 def test_zsh_gets_the_line_in_zshrc(tmp_path: Path, tools: Path) -> None:
     """A Mac's shell, zsh, reads no ~/.profile: ~/.zshrc is made for it."""
     (tmp_path / "home").mkdir()
@@ -159,9 +207,16 @@ def test_told_not_to_touch_startup_files_it_says_the_line_to_add(
     assert sorted(p.name for p in (tmp_path / "home").iterdir()) == [".local"]
 
 
+def _may_unshare_mounts() -> bool:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode == 0
+
+
 @pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("unshare") is None,
-    reason="mounting a folder over /usr/bin in a mount namespace needs root and unshare",
+    not _may_unshare_mounts(),
+    reason="mounting a folder over /usr/bin in a mount namespace needs root, unshare and the "
+    "right to make a mount namespace (an unprivileged container has not)",
 )
 def test_root_with_path_as_short_as_crons_links_into_usr_bin(tmp_path: Path, tools: Path) -> None:
     """Root with PATH=/usr/bin:/bin (cron's, ``env -i``'s): neither ~/.local/bin nor

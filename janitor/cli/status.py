@@ -59,7 +59,10 @@ def status(
         return
     lasting()
     try:
-        if out.is_terminal:
+        # By what screen() found (a real terminal's width), not rich's is_terminal, which
+        # FORCE_COLOR or TTY_COMPATIBLE turn on for a pipe: redrawn in place there, a pipe
+        # would show nothing until the watch ended.
+        if layout_width(out) is not None:
             _watch_in_place(jan, out, interval)
         else:
             _watch_as_log(jan, out, interval)

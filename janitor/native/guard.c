@@ -24,9 +24,11 @@
  * real ffprobe the same way (JANITOR_FFPROBE), sends each call that is not a request for
  * information to POST /v1/guard/probe (the daemon marks the cache entries it probes awaiting
  * use for its caller, and refuses a probe of a cached WAV whose alignment could never fit).
- * The real ffprobe runs meanwhile, its output held in a pipe until the answer lets it out (a
- * refused probe shows none of it), so the answer costs next to nothing: the same arguments,
- * stdin, output and exit code. On a terminal it is exec'd once the answer came.
+ * The real ffprobe runs meanwhile, its stdout (and its stderr, when the two are one file)
+ * held in a pipe until the answer lets it out (a refused probe shows none of it), so the
+ * answer costs next to nothing: the same arguments, stdin, output and exit code. On a
+ * terminal, or when ffprobe would read our stdin or write a file of its own, it is exec'd
+ * once the answer came.
  *
  * Written in the manner of small system tools: no allocation it does not check, no call
  * whose error it ignores without saying why, no unbounded wait, no global state but what the
@@ -461,6 +463,7 @@ static const int FORWARDED[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUS
 static volatile sig_atomic_t g_child;      /* ffmpeg's pid once started, 0 before and after */
 static volatile sig_atomic_t g_foreground; /* ffmpeg stays in our group (a terminal's job) */
 static volatile sig_atomic_t g_early;      /* signals that came before ffmpeg started (bits) */
+static volatile sig_atomic_t g_passed;     /* a signal that came for the running child, or 0 */
 static int g_wake[2] = {-1, -1};           /* the self-pipe: a signal came */
 static struct sigaction g_saved[NSIG];     /* what the signals we handle were before */
 static int g_handled[NSIG];
@@ -485,10 +488,13 @@ static void on_signal(int sig) {
     } else if (sig != SIGCHLD) {
         if (g_child <= 0) {
             g_early |= bit_of(sig);
-        } else if (!(g_foreground && (sig == SIGINT || sig == SIGQUIT) &&
-                     tcgetpgrp(0) == getpgrp())) {
-            /* A terminal's Ctrl-C reached ffmpeg in our group already: not sent twice. */
-            send_to_child(sig);
+        } else {
+            g_passed = sig;
+            if (!(g_foreground && (sig == SIGINT || sig == SIGQUIT) &&
+                  tcgetpgrp(0) == getpgrp())) {
+                /* A terminal's Ctrl-C reached ffmpeg in our group already: not sent twice. */
+                send_to_child(sig);
+            }
         }
     }
     if (g_wake[1] >= 0) {
@@ -1006,17 +1012,19 @@ static void cover(const struct held *w, int nw, pid_t pid, int *fd_out) {
     buf_free(&why);
 }
 
+/* Die of `sig` as a process with its default action does; 128 + sig should we live on. */
+static int die_of(int sig) {
+    signal(sig, SIG_DFL);
+    sigset_t one;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    (void)sigprocmask(SIG_UNBLOCK, &one, NULL);
+    (void)kill(getpid(), sig);
+    return 128 + sig;
+}
+
 static int finish(int status) {
-    if (WIFSIGNALED(status)) {
-        int sig = WTERMSIG(status);
-        signal(sig, SIG_DFL);
-        sigset_t one;
-        sigemptyset(&one);
-        sigaddset(&one, sig);
-        (void)sigprocmask(SIG_UNBLOCK, &one, NULL);
-        (void)kill(getpid(), sig);
-        return 128 + sig;
-    }
+    if (WIFSIGNALED(status)) return die_of(WTERMSIG(status));
     return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
 
@@ -1167,13 +1175,38 @@ static const char *base_name(const char *path) {
 
 /* ---- the guarded ffprobe ---------------------------------------------------------------- */
 
+/* Whether an argument makes ffprobe read our stdin (`-`, `pipe:`, `fd:`) or write a file of
+ * its own (`-o`, `-report`): what a refused or handed-over probe must not have used up or
+ * written before the answer. */
+static int reads_stdin_or_writes(void) {
+    for (int i = 0; i < g_nargs; i++) {
+        const char *a = g_args[i];
+        if (!strcmp(a, "-") || !strncmp(a, "pipe:", 5) || !strncmp(a, "fd:", 3) ||
+            !strcmp(a, "-o") || !strcmp(a, "-report"))
+            return 1;
+    }
+    const char *report = getenv("FFREPORT");
+    return report != NULL && *report != '\0';
+}
+
+/* Whether our children are reaped by us: not with SIGCHLD ignored (inherited across exec from
+ * a parent that ignores it), when the kernel reaps them and ffprobe's status would be lost. */
+static int children_reaped_by_us(void) {
+    struct sigaction sa;
+    if (sigaction(SIGCHLD, NULL, &sa) != 0) return 0;
+    return sa.sa_handler != SIG_IGN && !(sa.sa_flags & SA_NOCLDWAIT);
+}
+
 /* Whether the real ffprobe may start while the daemon decides (its answer then costs the call
- * next to nothing: it comes while ffprobe loads): a daemon is there, and ffprobe's stdout is
- * not a terminal (a person reading it does not count the milliseconds, and a terminal keeps
- * ffprobe's own pace and colours). Otherwise it starts after the answer, exec'd. */
+ * next to nothing: it comes while ffprobe loads): a daemon is there; ffprobe's stdout is open
+ * and not a terminal (a person reading it does not count the milliseconds, and a terminal
+ * keeps ffprobe's own pace and colours); it neither reads our stdin nor writes a file of its
+ * own; and its status will be ours to read. Otherwise it starts after the answer, exec'd. */
 static int may_overlap(void) {
-    struct stat st;
-    return g_socket != NULL && stat(g_socket, &st) == 0 && S_ISSOCK(st.st_mode) && !isatty(1);
+    struct stat st, out;
+    return g_socket != NULL && stat(g_socket, &st) == 0 && S_ISSOCK(st.st_mode) &&
+           fstat(1, &out) == 0 && !isatty(1) && !reads_stdin_or_writes() &&
+           children_reaped_by_us();
 }
 
 /* Whether our stdout and stderr are one file (2>&1): ffprobe's two streams then share the
@@ -1188,7 +1221,7 @@ static int one_output(void) {
  * verdict lets it (a refused probe shows nothing of it). It has our stdin, arguments,
  * environment, signal dispositions and mask, and dies with us (PR_SET_PDEATHSIG on Linux;
  * elsewhere at its next write once we are gone: SIGPIPE). Its pid, or -1. */
-static pid_t start_held_probe(int *held) {
+static pid_t start_held_probe(int *held, const sigset_t *given_mask) {
     int out[2];
     if (cloexec_pipe(out) != 0) return -1;
     int both = one_output();
@@ -1199,6 +1232,7 @@ static pid_t start_held_probe(int *held) {
     if (pid == 0) {
         if (arm_death(parent, deathsig) != 0) _exit(EXIT_NO_FFMPEG);
         if (dup2(out[1], 1) < 0 || (both && dup2(out[1], 2) < 0)) _exit(EXIT_NO_FFMPEG);
+        (void)sigprocmask(SIG_SETMASK, given_mask, NULL);
         exec_argv(argv);
         _exit(EXIT_NO_FFMPEG);
     }
@@ -1232,8 +1266,15 @@ static void pass_on(int held) {
  * to it meanwhile). */
 static int reap_probe(pid_t pid) {
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+#if defined(__linux__) && defined(WNOWAIT)
+    /* Ended, not yet reaped: its pid is still its own while signals may be passed to it
+     * (macOS's waitid is not trusted with WNOWAIT: there the window stays, a few µs). */
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) < 0 && errno == EINTR) {}
+#endif
     g_child = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     restore_signals();
     return status;
 }
@@ -1248,14 +1289,25 @@ static _Noreturn void probe(const char *cwd) {
     char *body = call_body(cwd, PROBE_ENV, &why);
     if (body == NULL) hand_over(why.p);
     int held = -1;
-    pid_t pid = may_overlap() ? start_held_probe(&held) : -1;
-    if (pid > 0) {
-        g_child = (sig_atomic_t)pid;
-        g_foreground = 1; /* in our group: a terminal's Ctrl-C reaches it without us */
-        for (int i = 0; i < NFORWARDED; i++) (void)handle(FORWARDED[i]);
+    pid_t pid = -1;
+    if (may_overlap()) {
+        /* A signal that comes while ffprobe starts waits until it can be passed on. */
+        sigset_t forwarded, given;
+        sigemptyset(&forwarded);
+        for (int i = 0; i < NFORWARDED; i++) sigaddset(&forwarded, FORWARDED[i]);
+        (void)sigprocmask(SIG_BLOCK, &forwarded, &given);
+        pid = start_held_probe(&held, &given);
+        if (pid > 0) {
+            g_child = (sig_atomic_t)pid;
+            g_foreground = 1; /* in our group: a terminal's Ctrl-C reaches it without us */
+            for (int i = 0; i < NFORWARDED; i++) (void)handle(FORWARDED[i]);
+            http_cancel = &g_passed; /* its caller stopping it ends the wait for the answer */
+        }
+        (void)sigprocmask(SIG_SETMASK, &given, NULL);
     }
     struct http_answer ans = {0};
-    int asked = http("POST", "/v1/guard/probe", body, PROBE_MS, &ans, &why);
+    int asked = g_passed ? -1 : http("POST", "/v1/guard/probe", body, PROBE_MS, &ans, &why);
+    http_cancel = NULL;
     free(body);
     const char *p = ans.body.p, *end = p + ans.body.len;
     const char *stop = asked == 0 && p ? json_skip_value(p, end, 0) : NULL;
@@ -1266,6 +1318,14 @@ static _Noreturn void probe(const char *cwd) {
         if (pid <= 0) exec_real();
         pass_on(held);
         exit(finish(reap_probe(pid)));
+    }
+    if (pid > 0 && g_passed) {
+        /* Its caller signalled it while the answer was awaited: the call ends by that signal,
+         * as ffprobe ended by it (never refused, nor run again by the Python guard), unseen. */
+        int sig = (int)g_passed;
+        (void)close(held);
+        int status = reap_probe(pid);
+        exit(WIFSIGNALED(status) ? finish(status) : die_of(sig));
     }
     if (pid > 0) { /* refused, or handed over: what it wrote is never seen */
         (void)kill(pid, SIGKILL);

@@ -540,18 +540,20 @@ def _watch_env() -> dict[str, str]:
     return {**env, "PYTHONFAULTHANDLER": "1"}
 
 
+@pytest.mark.parametrize("force_color", [False, True], ids=["plain", "FORCE_COLOR"])
 def test_cli_status_watch_into_a_pipe_writes_each_screen_and_stops_cleanly_on_ctrl_c(
-    make_scene: Callable[..., Scene],
+    make_scene: Callable[..., Scene], force_color: bool
 ) -> None:
     """Into a pipe each screen is written whole as it is measured (a reader sees it then, not
-    when the watch ends), under its time, with no escape codes; Ctrl-C ends it with exit 0."""
+    when the watch ends), under its time, with no escape codes; Ctrl-C ends it with exit 0.
+    FORCE_COLOR (common in CI) colours it, and it is still a log, not a screen redrawn."""
     make_scene()
     proc = subprocess.Popen(
         [str(JANITOR_BIN), "status", "--watch", "--interval", "0.2"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=_watch_env(),
+        env={**_watch_env(), **({"FORCE_COLOR": "1"} if force_color else {})},
         preexec_fn=_ctrl_c_reaches_it,
     )
     with _watching(proc):
@@ -566,7 +568,8 @@ def test_cli_status_watch_into_a_pipe_writes_each_screen_and_stops_cleanly_on_ct
     assert "Traceback" not in err
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+\n", first[0]), first
     out = "".join(first) + rest
-    assert "\x1b" not in out
+    assert "\x1b[2K" not in out and "\x1b[1A" not in out  # no line erased, no cursor moved up
+    assert ("\x1b" in out) == force_color
 
 
 def test_cli_status_watch_on_a_terminal_redraws_in_place_and_stops_cleanly_on_ctrl_c(

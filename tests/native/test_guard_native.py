@@ -356,6 +356,82 @@ def test_a_daemon_that_answers_nonsense_or_hangs_never_breaks_the_call(
         assert [g["path"] for g in _grants()] == [str(out)]
 
 
+REAL_FFPROBE = shutil.which("ffprobe") or "ffprobe"
+
+
+@pytest.mark.usefixtures("front_end")
+@pytest.mark.parametrize("answer", ["a-500", "hangs"])
+def test_a_probe_of_stdin_handed_over_reads_all_of_it(
+    answer: str,
+    guard_bin: Path,
+    wav: Path,
+    fake_daemon: Callable[[Callable[[socket.socket], None]], FakeDaemon],
+) -> None:
+    """A guarded ffprobe of ``pipe:0`` whose daemon fails it (the call goes to the Python
+    guard): the ffprobe that finally runs reads the whole of stdin, so the output is bare
+    ffprobe's. (The compiled front end once started ffprobe before the answer, and the one it
+    killed on the hand-over had read stdin already.)"""
+    daemon = fake_daemon(BAD_ANSWERS[answer])
+    env = _env(guard_bin, JANITOR_RUNTIME_DIR=str(daemon.dir), JANITOR_GUARD_TIMEOUT_S="1")
+    args = ["-v", "error", "-show_entries", "stream=sample_rate,channels,duration_ts",
+            "-of", "csv=p=0", "-i", "pipe:0"]  # fmt: skip
+    audio = wav.read_bytes()
+    bare = subprocess.run([REAL_FFPROBE, *args], input=audio, capture_output=True, timeout=60)
+    guarded = subprocess.run([str(guard_bin.parent / "ffprobe"), *args], input=audio,
+                             capture_output=True, env=env, timeout=120)  # fmt: skip
+    assert bare.stdout.strip() and bare.returncode == 0, bare.stderr
+    assert (guarded.returncode, guarded.stdout) == (bare.returncode, bare.stdout), guarded.stderr
+    assert daemon.requests >= 1
+
+
+def _sigint_as_a_terminal_gives_it() -> None:
+    """SIGINT's default disposition, whether or not the test runner ignores it (``pytest &``):
+    an ignored signal stays ignored across exec."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("front_end", ["compiled"], indirect=True)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_held_probe_signalled_before_the_answer_ends_by_that_signal_and_runs_once(
+    sig: int,
+    guard_bin: Path,
+    wav: Path,
+    tmp_path: Path,
+    fake_daemon: Callable[[Callable[[socket.socket], None]], FakeDaemon],
+) -> None:
+    """The compiled guarded ffprobe starts the real one before the daemon answers; a daemon
+    that never answers (it would hand the call over after 10 s) and a signal from the caller
+    meanwhile: the call ends at once by that signal, as ffprobe did, and ffprobe ran once (it
+    waited the 10 s, then handed the call to the Python guard, which ran it a second time).
+    A stand-in ffprobe that says when it runs, then sleeps, stands for a long probe."""
+    runs = tmp_path / "runs"
+    stand_in = tmp_path / "real" / "ffprobe"
+    stand_in.parent.mkdir()
+    stand_in.write_text(f'#!/bin/sh\necho ran >> "{runs}"\nexec sleep 30\n')
+    stand_in.chmod(0o755)
+    daemon = fake_daemon(_hangs)
+    env = _env(guard_bin, JANITOR_RUNTIME_DIR=str(daemon.dir), JANITOR_FFPROBE=str(stand_in))
+    proc = subprocess.Popen(
+        [str(guard_bin.parent / "ffprobe"), "-v", "quiet", str(wav)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=_sigint_as_a_terminal_gives_it,
+    )
+    try:
+        eventually(lambda: runs.exists(), timeout=30, what="the held ffprobe to start")
+        eventually(lambda: daemon.requests >= 1, timeout=30, what="the call to the daemon")
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=8)  # the daemon's answer would take 10 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == -sig
+    assert out == b""
+    assert runs.read_text() == "ran\n"
+
+
 @pytest.mark.parametrize("bits", ["plain", "portable"])
 def test_a_queued_call_whose_daemon_dies_while_it_waits_still_runs(
     bits: str,

@@ -130,7 +130,12 @@ def _running(
     its own (they started after it and their parent is gone)."""
     if own_group:
         proc = subprocess.Popen(["bash", str(script)], env=env, start_new_session=True)
-        yield lambda: proc.wait(timeout=60)
+        try:
+            yield lambda: proc.wait(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # what it forked, should it run on
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         return
     rc = tmp_path / "script.rc"
     runner = subprocess.Popen(

@@ -32,7 +32,10 @@ static int set_flags(int fd) {
 #define SEND_FLAGS 0
 #endif
 
-/* Wait until fd is ready for `events` or the deadline passes: 1 ready, 0 timed out. */
+volatile sig_atomic_t *http_cancel;
+
+/* Wait until fd is ready for `events` or the deadline passes: 1 ready, 0 timed out (or
+ * cancelled by a signal: http_cancel). */
 static int wait_fd(int fd, short events, int64_t deadline) {
     for (;;) {
         int64_t left = deadline - now_ms();
@@ -41,6 +44,7 @@ static int wait_fd(int fd, short events, int64_t deadline) {
         int r = poll(&pfd, 1, left > INT_MAX ? INT_MAX : (int)left);
         if (r > 0) return 1;
         if (r < 0 && errno != EINTR) return -1;
+        if (r < 0 && http_cancel != NULL && *http_cancel) return 0;
     }
 }
 

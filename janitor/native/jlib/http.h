@@ -10,6 +10,7 @@
 #ifndef JLIB_HTTP_H
 #define JLIB_HTTP_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "buf.h"
@@ -32,6 +33,9 @@ void http_request_text(struct buf *req, const char *method, const char *url, con
                        int close_after);
 /* `s` escaped for a URL's path (RFC 3986's unreserved characters kept). */
 void http_url_escape(struct buf *b, const char *s);
+/* When set, and what it points to turns non-zero (a signal handler sets it), a wait for the
+ * daemon gives up at the next signal: the call fails as if it timed out. */
+extern volatile sig_atomic_t *http_cancel;
 /* One request, one answer, within timeout_ms. 0 with `ans` filled (its body to be freed), or
  * -1 with `why` set (no daemon, a broken or late answer). */
 int http_call(const char *socket_path, const char *method, const char *url, const char *body,
