@@ -1498,6 +1498,15 @@ def print_table(rows: list[Row], out: dict[str, Any]) -> None:
             f"run {r['duration_s']:.0f} s, drain {r['drain_s']:.0f} s; volume "
             f"{_mib(r['total'])}, floor {_mib(r['floor'])}; load average {out['loadavg']}"
         )
+    for e in r.get("lost_ledger", []):
+        # Each, whole: a miss of this row must be diagnosable from the printed report alone.
+        t0, t1 = e["held"]
+        console.print(
+            f"deleted while in use (ledger): {e['path']} ({e['tree']}) at {e['time']:.3f}, "
+            f"held {t0:.3f} to {t1:.3f}; {json.dumps(e.get('detail'), sort_keys=True)}",
+            highlight=False,
+            soft_wrap=True,
+        )
     missed = [row.measurement for row in rows if row.verdict == "MISSES"]
     if out.get("error"):
         console.print(f"[bold red]error[/]: {out['error']}")
