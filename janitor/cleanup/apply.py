@@ -34,13 +34,15 @@ __all__ = ["Outcome", "Report", "VolumeDelta", "apply"]
 
 
 class Outcome(NamedTuple):
-    """What happened to one planned unit."""
+    """What happened to one planned unit; ``at``: when it was removed (epoch seconds; 0.0
+    when it was not), the time its ``delete`` line carries."""
 
     item: PlanItem
     deleted: bool
     files: int
     bytes: int
     skipped: str | None = None
+    at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +121,9 @@ _CHUNK = 64
 def _outcome(deleter: Deleter, item: PlanItem) -> Outcome:
     try:
         files, size = deleter.delete(item.unit)
-        return Outcome(item, files > 0, files, size)
+        return Outcome(item, files > 0, files, size, at=time.time())
     except Partial as exc:
-        return Outcome(item, True, exc.files, exc.size, f"partly removed: {exc}")
+        return Outcome(item, True, exc.files, exc.size, f"partly removed: {exc}", time.time())
     except Skip as exc:
         return Outcome(item, False, 0, 0, str(exc))
     except OSError as exc:
@@ -178,11 +180,14 @@ class _Log:
             raise NoRecord(exc) from None
 
     def confirm(self, intents: range | None, outcomes: list[Outcome], device: int) -> None:
-        """A batch done: a ``delete`` line per unit removed, its ``deleting`` lines out."""
+        """A batch done: a ``delete`` line per unit removed, at the time it was removed (not
+        this confirmation's, which may wait for the writer lock behind a pin taken since),
+        its ``deleting`` lines out."""
         if self.ledger is None or intents is None:
             return
+        now = time.time()
         rows: list[LogRow] = [
-            (time.time(), "delete", o.item.tree, device, None, o.bytes,
+            (o.at or now, "delete", o.item.tree, device, None, o.bytes,
              _log_path(o.item.unit.path), _log_detail(o.files, o.item.unit.last_use,
                                                       o.item.reason))
             for o in outcomes

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -297,6 +298,34 @@ def test_a_pin_taken_after_planning_protects_the_entry(tmp_path: Path, jan_for: 
     assert not o[fp(0)].deleted and o[fp(0)].skipped == "pinned"
     assert (root / f"{fp(0)}.wav").exists()
     assert o[fp(1)].deleted
+
+
+def test_a_delete_line_carries_the_time_the_unit_went_not_its_confirmation(
+    tmp_path: Path, jan_for: JanFor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's ``delete`` lines are written once it is done, in a second transaction that may
+    wait for the ledger's writer lock (behind a pin taken meanwhile, on a new file at that
+    path): each line's time is when its unit went, not when that transaction came. Here the
+    confirmation waits 0.5 s (the only thing not real: a writer lock held that long)."""
+    from janitor.cleanup import apply as applying
+
+    root = tmp_path / "cache"
+    make_entry(root, fp(0), 32 * KiB, age=2 * DAY)
+    jan = _cache(jan_for, root)
+    plan = jan.sweep(dry_run=True).plan
+    confirming: list[float] = []
+    confirm = applying._Log.confirm
+
+    def late(self: Any, intents: Any, outcomes: Any, device: int) -> None:
+        confirming.append(time.time())  # every unit of the batch has gone by now
+        time.sleep(0.5)
+        confirm(self, intents, outcomes, device)
+
+    monkeypatch.setattr(applying._Log, "confirm", late)
+    report = apply(plan, ledger=jan.ledger)
+    assert _by_key(report)[fp(0)].deleted
+    (line,) = _deletes(jan)
+    assert line.ts <= confirming[0], (line.ts, confirming)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
