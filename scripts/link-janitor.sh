@@ -54,19 +54,17 @@ fi
 link="$dir/janitor"
 if [ -L "$link" ]; then
     old=$(readlink "$link")
-    case "$old" in
-        "$target") ;;  # this environment's already: linked again, the same
-        */bin/janitor)
-            if [ -e "$old" ] && [ ! -f "${old%/bin/janitor}/pyvenv.cfg" ]; then
-                echo "link-janitor: $link is a link to $old, not to an environment's janitor; move it away, then run this again" >&2
-                exit 2
-            fi ;;
-        *)
-            if [ -e "$old" ]; then
-                echo "link-janitor: $link is a link to $old, not to an environment's janitor; move it away, then run this again" >&2
-                exit 2
-            fi ;;
-    esac
+    foreign=""
+    if [ "$old" != "$target" ] && [ -e "$old" ]; then
+        case "$old" in
+            */bin/janitor) if [ ! -f "${old%/bin/janitor}/pyvenv.cfg" ]; then foreign=1; fi ;;
+            *) foreign=1 ;;
+        esac
+    fi
+    if [ -n "$foreign" ]; then
+        echo "link-janitor: $link is a link to $old, not to an environment's janitor; move it away, then run this again" >&2
+        exit 2
+    fi
 elif [ -e "$link" ]; then
     echo "link-janitor: $link is a file, not a link; move it away, then run this again" >&2
     exit 2
