@@ -35,6 +35,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE.parent
@@ -157,32 +158,41 @@ def main() -> int:
         console = Console(width=150)
         misses = 0
         for bench in benches:
-            runs = numbers[bench]
-            keys = sorted({k for d in runs["baseline"] + runs["new"] for k in d})
-            table = Table(
-                title=f"bench_{bench}: baseline {args.baseline} vs this tree, "
-                f"median of {args.rounds} alternated runs"
-            )
-            for col in ("number", "baseline", "new", "change", "better", "within"):
-                table.add_column(col)
-            for key in keys:
-                way = better(key)
-                if way is None and not args.all_keys:
-                    continue
-                b = [d[key] for d in runs["baseline"] if key in d]
-                n = [d[key] for d in runs["new"] if key in d]
-                if not b or not n:
-                    table.add_row(key, _fmt(b), _fmt(n), "-", way or "?", "-")
-                    continue
-                text, ok = change(statistics.median(b), statistics.median(n), way, args.tolerance)
-                misses += ok is False
-                verdict = "-" if ok is None else ("yes" if ok else "NO")
-                table.add_row(key, _fmt(b), _fmt(n), text, way or "?", verdict)
+            title = (f"bench_{bench}: baseline {args.baseline} vs this tree, "
+                     f"median of {args.rounds} alternated runs")  # fmt: skip
+            table, missed = render(title, numbers[bench], args.tolerance, args.all_keys)
             console.print(table)
+            misses += missed
         print(f"{misses} number(s) more than {args.tolerance:g} % worse")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def render(
+    title: str, runs: dict[str, list[dict[str, float]]], tolerance: float, all_keys: bool
+) -> tuple[Table, int]:
+    """One benchmark's table (a row per number, baseline and new medians side by side) and how
+    many numbers are more than ``tolerance`` percent worse."""
+    table = Table(title=title)
+    for col in ("number", "baseline", "new", "change", "better", "within"):
+        table.add_column(col)
+    misses = 0
+    for key in sorted({k for d in runs["baseline"] + runs["new"] for k in d}):
+        way = better(key)
+        if way is None and not all_keys:
+            continue
+        b = [d[key] for d in runs["baseline"] if key in d]
+        n = [d[key] for d in runs["new"] if key in d]
+        if not b or not n:
+            table.add_row(Text(key), _fmt(b), _fmt(n), "-", way or "?", "-")
+            continue
+        text, ok = change(statistics.median(b), statistics.median(n), way, tolerance)
+        misses += ok is False
+        verdict = "-" if ok is None else ("yes" if ok else "NO")
+        # Text, not a markup string: a row's name in brackets is not a rich tag
+        table.add_row(Text(key), _fmt(b), _fmt(n), text, way or "?", verdict)
+    return table, misses
 
 
 def _fmt(values: list[float]) -> str:

@@ -433,6 +433,7 @@ TOP_LEVEL_TESTS = {
     "test_names.py": None,
     "test_docs_reference.py": None,
     "test_link_janitor.py": None,  # scripts/link-janitor.sh, the quick start's PATH link
+    "test_compare.py": None,  # benchmarks/compare.py, a change's numbers against its base
     "test_error_statuses.py": "error_statuses",
     "test_doctor.py": "doctor",
     "test_service.py": "service",
