@@ -536,6 +536,20 @@ static int cloexec_pipe(int fds[2]) {
     return 0;
 }
 
+/* The self-pipe's two ends: close-on-exec and non-blocking (a handler never blocks on it). */
+static int nonblocking_pipe(int fds[2]) {
+    if (cloexec_pipe(fds) != 0) return -1;
+    for (int i = 0; i < 2; i++) {
+        int fl = fcntl(fds[i], F_GETFL);
+        if (fl < 0 || fcntl(fds[i], F_SETFL, fl | O_NONBLOCK) != 0) {
+            (void)close(fds[0]);
+            (void)close(fds[1]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int portable(void) {
     const char *v = getenv("JANITOR_PORTABLE");
     return v != NULL && *v != '\0' && strcmp(v, "0") != 0;
@@ -1068,11 +1082,7 @@ static int run(const char *p, const char *end, const sigset_t *given_mask) {
     sigaddset(&block, SIGCHLD);
     sigaddset(&block, SIGTSTP);
     sigaddset(&block, SIGCONT);
-    int wake_ok = cloexec_pipe(g_wake) == 0;
-    for (int i = 0; wake_ok && i < 2; i++) {
-        int fl = fcntl(g_wake[i], F_GETFL);
-        wake_ok = fl >= 0 && fcntl(g_wake[i], F_SETFL, fl | O_NONBLOCK) == 0;
-    }
+    int wake_ok = nonblocking_pipe(g_wake) == 0;
     /* The handlers go in before ffmpeg starts: a signal that comes meanwhile is passed on the
      * moment it runs. Held back across the fork, so the pid is known when one arrives. */
     (void)sigprocmask(SIG_BLOCK, &block, &old);
@@ -1300,14 +1310,19 @@ static _Noreturn void probe(const char *cwd) {
         if (pid > 0) {
             g_child = (sig_atomic_t)pid;
             g_foreground = 1; /* in our group: a terminal's Ctrl-C reaches it without us */
+            /* The self-pipe wakes the wait for the answer: a signal that lands after the
+             * request is sent but before the wait blocks would otherwise be slept through. */
+            if (g_wake[0] < 0 && nonblocking_pipe(g_wake) != 0) g_wake[0] = g_wake[1] = -1;
             for (int i = 0; i < NFORWARDED; i++) (void)handle(FORWARDED[i]);
             http_cancel = &g_passed; /* its caller stopping it ends the wait for the answer */
+            http_cancel_fd = g_wake[0];
         }
         (void)sigprocmask(SIG_SETMASK, &given, NULL);
     }
     struct http_answer ans = {0};
     int asked = g_passed ? -1 : http("POST", "/v1/guard/probe", body, PROBE_MS, &ans, &why);
     http_cancel = NULL;
+    http_cancel_fd = -1;
     free(body);
     const char *p = ans.body.p, *end = p + ans.body.len;
     const char *stop = asked == 0 && p ? json_skip_value(p, end, 0) : NULL;

@@ -33,18 +33,27 @@ static int set_flags(int fd) {
 #endif
 
 volatile sig_atomic_t *http_cancel;
+int http_cancel_fd = -1;
+
+static int cancelled(void) { return http_cancel != NULL && *http_cancel; }
 
 /* Wait until fd is ready for `events` or the deadline passes: 1 ready, 0 timed out (or
- * cancelled by a signal: http_cancel). */
+ * cancelled by a signal: http_cancel, checked before each wait and woken by http_cancel_fd,
+ * so a signal between the check and the poll is not slept through). */
 static int wait_fd(int fd, short events, int64_t deadline) {
     for (;;) {
+        if (cancelled()) return 0;
         int64_t left = deadline - now_ms();
         if (left <= 0) return 0;
-        struct pollfd pfd = {fd, events, 0};
-        int r = poll(&pfd, 1, left > INT_MAX ? INT_MAX : (int)left);
-        if (r > 0) return 1;
+        struct pollfd pfd[2] = {{fd, events, 0}, {http_cancel_fd, POLLIN, 0}};
+        nfds_t n = http_cancel != NULL && http_cancel_fd >= 0 ? 2 : 1;
+        int r = poll(pfd, n, left > INT_MAX ? INT_MAX : (int)left);
+        if (r > 0 && pfd[0].revents) return 1;
         if (r < 0 && errno != EINTR) return -1;
-        if (r < 0 && http_cancel != NULL && *http_cancel) return 0;
+        if (r > 0 && !cancelled()) { /* another signal's byte: drained (the pipe is non-blocking) */
+            char drain[64];
+            while (read(http_cancel_fd, drain, sizeof drain) > 0) {}
+        }
     }
 }
 

@@ -34,8 +34,11 @@ void http_request_text(struct buf *req, const char *method, const char *url, con
 /* `s` escaped for a URL's path (RFC 3986's unreserved characters kept). */
 void http_url_escape(struct buf *b, const char *s);
 /* When set, and what it points to turns non-zero (a signal handler sets it), a wait for the
- * daemon gives up at the next signal: the call fails as if it timed out. */
+ * daemon gives up: the call fails as if it timed out. A signal that comes just before the wait
+ * blocks is not lost when http_cancel_fd is the read end of the handler's self-pipe (the wait
+ * also wakes when it turns readable); without one, only a signal during the wait ends it. */
 extern volatile sig_atomic_t *http_cancel;
+extern int http_cancel_fd;
 /* One request, one answer, within timeout_ms. 0 with `ans` filled (its body to be freed), or
  * -1 with `why` set (no daemon, a broken or late answer). */
 int http_call(const char *socket_path, const char *method, const char *url, const char *body,
