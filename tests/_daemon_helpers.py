@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests._fixtures import forkserver
 from tests._fixtures.console import JANITOR_BIN
 from tests._fixtures.mounts import mount_tmpfs, unmount
 
@@ -192,8 +193,9 @@ class DaemonSetup:
     def run_cli(
         self, *args: str, timeout: float = 60, **extra: str | None
     ) -> subprocess.CompletedProcess[str]:
-        """The real ``janitor`` console script with this setup's environment."""
-        return subprocess.run(
+        """The real ``janitor`` console script with this setup's environment (started by the
+        worker's forkserver: tests._fixtures.forkserver)."""
+        return forkserver.run(
             [str(JANITOR_BIN), *args],
             capture_output=True,
             text=True,
@@ -379,7 +381,7 @@ def start_daemon(
     n = len(list(setup.root.glob("daemon-*.stderr")))
     stderr_path = setup.root / f"daemon-{n}.stderr"
     with open(stderr_path, "wb") as err:
-        proc = subprocess.Popen(
+        proc = forkserver.JanitorPopen(  # exec'd when nofile asks for a preexec_fn
             [str(JANITOR_BIN), "daemon", *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests._fixtures import forkserver
 from tests._fixtures.console import JANITOR_BIN
 from tests._fixtures.holder import end_helper
 from tests._fixtures.space import KiB
@@ -288,8 +289,9 @@ def pinned_by_child(policy: Path, path: Path) -> Iterator[tuple[subprocess.Popen
 def run_janitor(
     *args: str | os.PathLike[str], timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """Run the real console script with the (isolated) environment of the test process."""
-    return subprocess.run(
+    """Run the real console script with the (isolated) environment of the test process (started
+    by the worker's forkserver: tests._fixtures.forkserver)."""
+    return forkserver.run(
         [str(JANITOR_BIN), *map(os.fspath, args)],
         capture_output=True,
         text=True,

@@ -9,7 +9,7 @@ import io
 import json
 import os
 import subprocess
-import sys
+import sys  # noqa: F401
 from collections.abc import Callable, Mapping
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -18,8 +18,8 @@ from unittest import mock
 
 import pytest
 
-#: The console script installed next to the interpreter running the tests.
-JANITOR_BIN = Path(sys.executable).parent / "janitor"
+from tests._fixtures import forkserver
+from tests._fixtures.forkserver import JANITOR_BIN
 
 __all__ = [
     "JANITOR_BIN",
@@ -40,8 +40,9 @@ def _is_doctor(args: tuple[Any, ...]) -> bool:
 def run_cli(machine_steady: Callable[[], None]) -> Callable[..., subprocess.CompletedProcess[str]]:
     """``run_cli(*args, env=None, cwd=None, timeout=60) -> CompletedProcess[str]``.
 
-    Runs the real ``janitor`` console script (the one next to ``sys.executable``) with
-    ``subprocess.run``, capturing text stdout and stderr; never raises on a non-zero exit.
+    Runs the real ``janitor`` console script (the one next to ``sys.executable``) as
+    ``subprocess.run`` would (started by the worker's forkserver, ``tests._fixtures.forkserver``),
+    capturing text stdout and stderr; never raises on a non-zero exit.
     The child inherits the isolated ``os.environ``; ``env`` adds to it, and a ``None`` value
     removes a variable. The child's parent process is the test process. A ``doctor`` run
     holds the machine steady for the rest of the test (tests._fixtures.machine).
@@ -62,7 +63,7 @@ def run_cli(machine_steady: Callable[[], None]) -> Callable[..., subprocess.Comp
                 child_env.pop(key, None)
             else:
                 child_env[key] = value
-        return subprocess.run(
+        return forkserver.run(
             [str(JANITOR_BIN), *map(os.fspath, args)],
             capture_output=True,
             text=True,
@@ -107,7 +108,7 @@ def run_cli_many(
                 else:
                     child_env[key] = value
             argv = [str(JANITOR_BIN), *map(os.fspath, args)]
-            proc = subprocess.Popen(
+            proc = forkserver.JanitorPopen(
                 argv,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

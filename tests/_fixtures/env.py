@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["JanitorEnv", "front_end", "janitor_env", "native_dir"]
+__all__ = ["RUN_KNOBS", "JanitorEnv", "front_end", "janitor_env", "native_dir"]
+
+#: The variables a whole run of the suite is started with, which every test keeps, so that the
+#: processes a test starts get them too: ``JANITOR_PORTABLE=1`` (CI's second pass: the code
+#: paths macOS takes, janitor/host/fastpaths.py) and ``JANITOR_TEST_EXEC=1`` (every ``janitor``
+#: exec'd, not started by the worker's forkserver: tests._fixtures.forkserver).
+RUN_KNOBS = frozenset({"JANITOR_TEST_EXEC", "JANITOR_PORTABLE"})
 
 
 @dataclass(frozen=True)
@@ -69,9 +75,9 @@ def janitor_env(
 
     The state dir is a plain folder on tmp_path's filesystem, never on a tmpfs under test, so
     the ledger's own writes never change a tested volume's free space. ``JANITOR_CONFIG``,
-    ``JANITOR_POLICY`` (and every other ``JANITOR_*``) and ``BATCHALIGN_MEDIA_CACHE_DIR`` are
-    removed. ``tempfile``'s cached temp dir is reset so ``{tmp}`` follows the new ``TMPDIR``.
-    Subprocesses inherit all of it through ``os.environ``.
+    ``JANITOR_POLICY`` (and every other ``JANITOR_*`` but the run's knobs, :data:`RUN_KNOBS`)
+    and ``BATCHALIGN_MEDIA_CACHE_DIR`` are removed. ``tempfile``'s cached temp dir is reset so
+    ``{tmp}`` follows the new ``TMPDIR``. Subprocesses inherit all of it through ``os.environ``.
     """
     root = tmp_path / "env"
     env = JanitorEnv(
@@ -88,7 +94,7 @@ def janitor_env(
     for folder in (env.home, env.tmp, env.config_home, env.data_home, env.cache_home):
         folder.mkdir(parents=True)
     for name in list(os.environ):
-        if name.startswith("JANITOR_"):
+        if name.startswith("JANITOR_") and name not in RUN_KNOBS:
             monkeypatch.delenv(name)
     for name in ("BATCHALIGN_MEDIA_CACHE_DIR", "BATCHALIGN_STATE_DIR", "BATCHALIGN_SERVER"):
         monkeypatch.delenv(name, raising=False)
