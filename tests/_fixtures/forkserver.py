@@ -17,8 +17,9 @@ What a copy could carry over from the server, and why each cannot matter:
   runs the real console script. ``tempfile``'s cached folder and the time zone are reset;
 * the standard streams: Python chose their buffering from a terminal; a call given a terminal
   runs the real console script;
-* whatever a test gives ``Popen`` beyond that (``preexec_fn``, ``pass_fds``, another user or
-  group, a umask, a process group, a shell, another executable) runs the real console script.
+* whatever a test gives ``Popen`` beyond that (``preexec_fn``, ``pass_fds`` or
+  ``close_fds=False``, another user or group, a umask, a process group, a shell, another
+  executable) runs the real console script.
 
 ``JANITOR_TEST_EXEC=1`` runs the real console script for every call (CI's second pass does), and
 a platform where the clone cannot be made the same way (not glibc, not x86-64 or arm64) does.
@@ -113,7 +114,7 @@ class _Server:
 _SERVER_OF_WORKER = _Server()
 
 
-def _the_script(args: list[str], executable: Any) -> bool:
+def _the_script(args: list[Any], executable: Any) -> bool:
     return executable is None and bool(args) and os.fspath(args[0]) == str(JANITOR_BIN)
 
 
@@ -131,6 +132,7 @@ class JanitorPopen(subprocess.Popen):  # type: ignore[type-arg]
         restore_signals: bool, gid: Any, gids: Any, uid: Any, umask: int,
         start_new_session: bool, process_group: Any,
     ) -> None:  # fmt: skip
+        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
         child_env = dict(os.environ if env is None else env)
         child_env = {os.fsdecode(k): os.fsdecode(v) for k, v in child_env.items()}
         stdio = [
@@ -141,8 +143,9 @@ class JanitorPopen(subprocess.Popen):  # type: ignore[type-arg]
         simple = (
             os.environ.get("JANITOR_TEST_EXEC", "") in ("", "0")
             and not shell
-            and _the_script(list(args), executable)
+            and _the_script(argv, executable)
             and preexec_fn is None
+            and close_fds
             and not pass_fds
             and (gid, gids, uid) == (None, None, None)
             and process_group in (None, -1)
@@ -157,9 +160,9 @@ class JanitorPopen(subprocess.Popen):  # type: ignore[type-arg]
                     mask = os.umask(0)
                     os.umask(mask)
                     request = {
-                        "argv": [os.fspath(a) for a in args],
+                        "argv": [os.fsdecode(a) for a in argv],
                         "env": child_env,
-                        "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
+                        "cwd": os.path.abspath(cwd if cwd is not None else os.getcwd()),
                         "umask": mask,
                         "new_session": bool(start_new_session),
                     }

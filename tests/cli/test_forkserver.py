@@ -49,6 +49,18 @@ def test_a_served_command_gets_its_argv_env_folder_and_umask_and_exits_with_its_
     elsewhere = forkserver.run([str(JANITOR_BIN), "policy", "validate", "mine.toml"],
                                capture_output=True, text=True, cwd=tmp_path.parent)  # fmt: skip
     assert elsewhere.returncode == 2 and "does not exist" in elsewhere.stderr
+    # a relative folder is the test's, from where the test is now (not the server's folder)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "mine.toml").write_bytes((tmp_path / "mine.toml").read_bytes())
+    here_now = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        nested = forkserver.run([str(JANITOR_BIN), "policy", "validate", "mine.toml"],
+                                capture_output=True, text=True, cwd="sub")  # fmt: skip
+    finally:
+        os.chdir(here_now)
+    assert JanitorPopen.started_by == "server"
+    assert nested.returncode == 0, nested.stderr
     # the umask the test process has now, not the server's (the folders the command makes)
     for umask, mode in ((0o077, 0o700), (0o022, 0o755)):
         folder = tmp_path / f"{umask:o}" / "bin"
@@ -94,7 +106,14 @@ def test_a_served_daemon_is_the_test_process_child_and_ends_by_its_signal(
 
 @pytest.mark.parametrize(
     "why",
-    ["preexec_fn", "JANITOR_PORTABLE", "LC_ALL", "JANITOR_TEST_EXEC", "another program"],
+    [
+        "preexec_fn",
+        "close_fds",
+        "JANITOR_PORTABLE",
+        "LC_ALL",
+        "JANITOR_TEST_EXEC",
+        "another program",
+    ],
 )
 def test_a_call_it_cannot_start_the_same_way_is_execd(
     why: str, monkeypatch: pytest.MonkeyPatch
@@ -105,6 +124,8 @@ def test_a_call_it_cannot_start_the_same_way_is_execd(
     argv = [str(JANITOR_BIN), "--version"]
     if why == "preexec_fn":
         kwargs["preexec_fn"] = os.getpid
+    elif why == "close_fds":  # the worker's other descriptors are the child's too
+        kwargs["close_fds"] = False
     elif why == "JANITOR_PORTABLE":
         env["JANITOR_PORTABLE"] = "0" if env.get("JANITOR_PORTABLE", "") not in ("", "0") else "1"
     elif why == "LC_ALL":
