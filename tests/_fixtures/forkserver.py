@@ -166,8 +166,11 @@ class JanitorPopen(subprocess.Popen):  # type: ignore[type-arg]
                         "umask": mask,
                         "new_session": bool(start_new_session),
                     }
-                    socket.send_fds(sock, [json.dumps(request).encode()], stdio)
-                    answer = json.loads(sock.recv(4096) or b"{}")
+                    try:
+                        socket.send_fds(sock, [json.dumps(request).encode()], stdio)
+                        answer = json.loads(sock.recv(4096) or b"{}")
+                    except OSError:  # the server is gone: exec from now on
+                        server.sock, answer = None, {}
                     if "pid" in answer:
                         self.pid = int(answer["pid"])
                         self._child_created = True

@@ -137,3 +137,19 @@ def test_a_call_it_cannot_start_the_same_way_is_execd(
     done = forkserver.run(argv, capture_output=True, text=True, env=env, **kwargs)
     assert JanitorPopen.started_by == "exec"
     assert done.returncode == 0, done.stderr
+
+
+def test_a_server_that_died_leaves_every_call_to_exec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose server is gone (killed, crashed) runs the console script, not an error."""
+    _served()
+    server = forkserver._Server()
+    monkeypatch.setattr(forkserver, "_SERVER_OF_WORKER", server)
+    first = forkserver.run([str(JANITOR_BIN), "--version"], capture_output=True, text=True)
+    assert JanitorPopen.started_by == "server" and first.returncode == 0, first.stderr
+    assert server.proc is not None
+    server.proc.kill()
+    server.proc.wait()
+    for _ in range(2):  # the call that finds it gone, and the next
+        again = forkserver.run([str(JANITOR_BIN), "--version"], capture_output=True, text=True)
+        assert JanitorPopen.started_by == "exec"
+        assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
