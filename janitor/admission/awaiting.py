@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from janitor.config.policy import tree_holding
+from janitor.host.owner import same_owner
 from janitor.host.space import allocated_size
 from janitor.ledger.pins import AWAIT
 
@@ -80,7 +81,7 @@ def mark_awaiting(
     ttl = policy.tree(entry.tree).await_ttl
     tx.touches.record([entry.path], now=now)
     for mark in tx.pins.awaiting_on(entry.tree, entry.unit):
-        if mark.owner_pid == owner_pid and mark.owner_start == owner_start:
+        if mark.owner_pid == owner_pid and same_owner(mark.owner_start, owner_start):
             tx.pins.extend(mark.id, now + ttl)
             return mark
     return tx.pins.add(

@@ -38,7 +38,6 @@ from typing import Protocol
 
 from janitor.host.owner import still_alive
 from janitor.host.processes import ProcessInfo, processes
-from janitor.host.processes.api import same_start
 
 __all__ = ["Recorded", "keepers"]
 
@@ -118,7 +117,7 @@ def _descendants(pgid: int, bound: float, leader: float | None) -> tuple[int, ..
         leader is not None
         and holder is not None
         and min(leader, holder) >= 0
-        and not same_start(leader, holder)
+        and not processes.same_start(leader, holder)
     ):
         return ()  # likewise: another process holds that number now
     members = processes.group(pgid)
@@ -133,7 +132,7 @@ def _descends(proc: ProcessInfo, group: dict[int, ProcessInfo], bound: float) ->
     hops = 0
     while step is not None and hops < 64:
         start = step.start
-        if start is not None and 0 <= start < bound and not same_start(start, bound):
+        if start is not None and start >= 0 and processes.started_before(start, bound):
             return False  # an elder: older than anything the job recorded in this group
         step, hops = group.get(step.ppid), hops + 1
     return True

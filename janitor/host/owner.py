@@ -13,7 +13,6 @@ import os
 from dataclasses import dataclass
 
 from janitor.host.processes import ProcessInfo, processes
-from janitor.host.processes.api import same_start
 
 __all__ = [
     "LAUNCHERS",
@@ -27,6 +26,7 @@ __all__ = [
     "is_alive",
     "process_info",
     "process_start",
+    "same_owner",
     "still_alive",
     "writer_chain",
 ]
@@ -56,6 +56,12 @@ def still_alive(pid: int, start: float | None) -> bool:
     live reservation's owner, under the ledger's writer lock): on Linux an owner once seen
     alive is watched by a pidfd, so each later ask is one ``poll``."""
     return pid > 0 and processes.still_alive(pid, start)
+
+
+def same_owner(recorded: float | None, seen: float | None) -> bool:
+    """True when two starts recorded for one pid (maybe by two processes, a wall-clock step
+    apart) can name one process; an unknown start (None) matches any."""
+    return recorded is None or seen is None or processes.same_start(recorded, seen)
 
 
 def process_info(pid: int) -> ProcessInfo | None:
@@ -173,7 +179,7 @@ def _unchanged(before: float | None, after: float | None) -> bool:
     one unreadable, or another time)."""
     if before is None or before < 0:
         return True
-    return after is not None and after >= 0 and same_start(before, after)
+    return after is not None and after >= 0 and processes.same_start(before, after)
 
 
 def _leader_start(pid: int, pgid: int | None, start: float) -> float | None:

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from janitor.errors import UnknownPin
-from janitor.host.owner import is_alive
+from janitor.host.owner import is_alive, same_owner
 from janitor.ledger.log import Log
 from janitor.ledger.paths import db_path, py_path
 
@@ -142,7 +142,7 @@ class Pins:
         ).fetchall()
         n = 0
         for info in map(_from_row, rows):
-            if None not in (info.owner_start, owner_start) and info.owner_start != owner_start:
+            if not same_owner(info.owner_start, owner_start):
                 continue  # another process that was given the same pid
             self._set_state(info.id, "released", now)
             self._log.add(

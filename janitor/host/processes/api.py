@@ -18,7 +18,9 @@ def same_start(recorded: float, seen: float) -> bool:
     keeps a ``timeval`` (1 µs). So no tolerance is allowed: a process given a dead one's pid
     30 ms later is another process (it once passed, within 50 ms). Only two processes that
     share a pid within one Linux tick look the same. Rounding to the microsecond absorbs no
-    more than a float's last bit.
+    more than a float's last bit. Linux's ``btime`` moves with the wall clock, so two
+    processes may read one start differently: :meth:`Processes.same_start` is the rule a
+    backend applies to starts read apart (Linux's takes that move).
     """
     return round(recorded * 1_000_000) == round(seen * 1_000_000)
 
@@ -65,6 +67,16 @@ class Processes(ABC):
     def alive(self, pid: int, start: float | None) -> bool:
         """True while ``pid`` runs (a zombie does not) and, when ``start`` is known (>= 0), is
         the process that started then."""
+
+    def same_start(self, recorded: float, seen: float) -> bool:
+        """True when two starts this backend read (maybe in two processes, a wall-clock step
+        apart) name one process. Here: :func:`same_start`, to the microsecond."""
+        return same_start(recorded, seen)
+
+    def started_before(self, seen: float, recorded: float) -> bool:
+        """True when the start ``seen`` (read now) is strictly earlier than ``recorded`` (read
+        before, maybe by another process). Here: earlier, and not :func:`same_start`."""
+        return seen < recorded and not same_start(seen, recorded)
 
     def still_alive(self, pid: int, start: float | None) -> bool:
         """:meth:`alive`, for a process asked about again and again (every admission asks it of

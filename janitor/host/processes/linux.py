@@ -1,7 +1,10 @@
 """The process table from Linux's ``/proc``: one read of ``/proc/PID/stat`` where psutil costs
 several (admission asks this of every live owner while it holds the ledger's writer lock), and
 a pidfd on each owner seen alive, so asking about it again is one ``poll``. Where ``/proc``
-cannot tell (another user's hidden process), psutil's answer is taken."""
+cannot tell (another user's hidden process), psutil's answer is taken.
+
+A start read here carries the boot time it was read with, so that it names its process across
+a step of the wall clock (:mod:`janitor.host.processes.ticks`)."""
 
 from __future__ import annotations
 
@@ -10,12 +13,11 @@ import select
 import threading
 from collections.abc import Callable
 
-from janitor.host.processes.api import ProcessInfo, same_start
+from janitor.host.processes.api import ProcessInfo
 from janitor.host.processes.portable import PortableProcesses
+from janitor.host.processes.ticks import encode_start, same_ticks, started_before
 
-__all__ = ["LinuxProcesses"]
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+__all__ = ["LinuxProcesses", "read_btime"]
 
 
 def _stat(pid: int) -> list[bytes] | None:
@@ -40,19 +42,19 @@ def _stat(pid: int) -> list[bytes] | None:
     return fields if len(fields) > 19 else None
 
 
-def _btime() -> float:
-    """Boot time as psutil reads it on Linux (``btime`` in /proc/stat), without importing psutil
-    (a tenth of a CLI command's start-up)."""
+def read_btime() -> int:
+    """Boot time as psutil reads it on Linux (``btime`` in /proc/stat, whole seconds), without
+    importing psutil (a tenth of a CLI command's start-up)."""
     try:
         with open("/proc/stat", "rb") as f:
             for line in f:
                 if line.startswith(b"btime "):
-                    return float(line.split()[1])
+                    return int(line.split()[1])
     except (OSError, ValueError, IndexError):
         pass
     import psutil
 
-    return float(psutil.boot_time())
+    return int(psutil.boot_time())
 
 
 class _PidfdWatch:
@@ -130,16 +132,26 @@ class LinuxProcesses(PortableProcesses):
     """``/proc`` first; psutil only where ``/proc`` cannot tell; pidfds for processes asked
     about again and again."""
 
-    def __init__(self) -> None:
-        self._boot_time: float | None = None
+    def __init__(self, btime: Callable[[], int] = read_btime) -> None:
+        """``btime``: how boot time is read (once, on first use: one process reads one boot
+        time for every start it reads, so its own readings compare exactly)."""
+        self._read_btime = btime
+        self._boot_time: int | None = None
         pidfds = hasattr(os, "pidfd_open") and hasattr(select, "poll")
         self._watch = _PidfdWatch(self.alive) if pidfds else None
 
     def _started(self, fields: list[bytes]) -> float:
-        """Start time as psutil computes it: boot time + starttime clock ticks."""
+        """Start time as psutil computes it (boot time + starttime clock ticks), carrying the
+        boot time it was read with (:func:`encode_start`)."""
         if self._boot_time is None:
-            self._boot_time = _btime()
-        return self._boot_time + int(fields[19]) / _CLOCK_TICKS
+            self._boot_time = self._read_btime()
+        return encode_start(self._boot_time, int(fields[19]))
+
+    def same_start(self, recorded: float, seen: float) -> bool:
+        return same_ticks(recorded, seen)
+
+    def started_before(self, seen: float, recorded: float) -> bool:
+        return started_before(seen, recorded)
 
     def start(self, pid: int) -> float | None:
         fields = _stat(pid)
@@ -157,7 +169,7 @@ class LinuxProcesses(PortableProcesses):
             return False  # a zombie never writes again
         if start is None or start < 0:
             return True
-        return same_start(start, self._started(fields))
+        return same_ticks(start, self._started(fields))
 
     def still_alive(self, pid: int, start: float | None) -> bool:
         if self._watch is None:

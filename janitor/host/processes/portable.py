@@ -4,10 +4,15 @@ imported on first use, not with this module (the CLI's commands start faster).""
 from __future__ import annotations
 
 import os
+import sys
 
 from janitor.host.processes.api import Processes, ProcessInfo, same_start
+from janitor.host.processes.ticks import same_ticks, started_before
 
 __all__ = ["PortableProcesses"]
+
+#: psutil reads a start on Linux from /proc (ticks plus btime) even in the portable mode.
+_ON_LINUX = sys.platform.startswith("linux")
 
 
 def _pgid(pid: int) -> int | None:
@@ -21,6 +26,16 @@ def _pgid(pid: int) -> int | None:
 
 class PortableProcesses(Processes):
     """psutil's answers."""
+
+    def same_start(self, recorded: float, seen: float) -> bool:
+        # On Linux psutil reads a start as /proc's ticks plus btime, as the Linux backend
+        # does: compare as it does (a start it read carries its btime; psutil's carries none).
+        return same_ticks(recorded, seen) if _ON_LINUX else same_start(recorded, seen)
+
+    def started_before(self, seen: float, recorded: float) -> bool:
+        if _ON_LINUX:
+            return started_before(seen, recorded)
+        return super().started_before(seen, recorded)
 
     def start(self, pid: int) -> float | None:
         import psutil
@@ -46,7 +61,7 @@ class PortableProcesses(Processes):
                     return False
                 if start is None or start < 0:
                     return True
-                return same_start(start, proc.create_time())
+                return self.same_start(start, proc.create_time())
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             return False
         except psutil.AccessDenied:
