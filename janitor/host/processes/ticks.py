@@ -5,10 +5,10 @@ Linux keeps a process's start as clock ticks since boot; epoch seconds are that 
 which ``/proc/stat`` works out afresh at each read as the wall clock minus the time since boot
 (psutil adds the same). So when the wall clock is stepped (NTP, a virtual machine resumed from
 a snapshot, someone running ``date``), a process reads another's start a whole number of
-seconds away from what was recorded before the step (psutil's issues 1724 and 2526), and an
-owner still running would be taken for dead: its reservation freed, its job's folder an
-orphan. This machine's own clock moved 12.7 hours after boot, once; a CI run once read a live
-reservation's owner as gone.
+seconds away from what was recorded before the step, and an owner still running would be
+taken for dead: its reservation freed, its job's folder an orphan. (A virtual machine's clock
+has been seen to move 12.7 hours after its boot, and a test run to read a live reservation's
+owner as gone.)
 
 So a start read from ``/proc`` carries ``btime % 10_000`` in its microseconds, below the tick
 that no reading uses (:func:`encode_start`): 1796525134.25 s read with ``btime``
