@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from janitor.host.owner import same_owner
 from janitor.ledger.paths import db_path, py_path
 
 __all__ = ["JOB_STATES", "JobInfo", "Jobs", "SourceInfo", "Waiter", "Waiters", "Writer"]
@@ -224,8 +225,11 @@ class Jobs:
         row = self._conn.execute(
             "SELECT start FROM job_writers WHERE job = ? AND pid = ?", (job_id, writer.pid)
         ).fetchone()
-        if row is not None and row[0] == writer.start:
-            return False
+        if row is not None and (
+            row[0] == writer.start
+            or (None not in (row[0], writer.start) and same_owner(row[0], writer.start))
+        ):
+            return False  # the same process (read again after a clock step, maybe): as first read
         self._conn.execute(
             f"INSERT INTO job_writers (job, {_WRITER_COLUMNS}, added) VALUES (?,?,?,?,?,?) "
             "ON CONFLICT(job, pid) DO UPDATE SET start = excluded.start, pgid = excluded.pgid, "

@@ -18,7 +18,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from janitor.host.processes.ticks import CLOCK_TICKS, encode_start, same_ticks, started_before
+from janitor.host.processes.ticks import (
+    CLOCK_TICKS,
+    coded,
+    encode_start,
+    read_btime,
+    same_ticks,
+    started_before,
+)
 
 linux_only = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="no /proc here")
 
@@ -70,34 +77,53 @@ def test_a_start_recorded_without_a_code_still_names_its_process(btime: int, tic
     assert not same_ticks(plain, encode_start(btime, ticks + 3))
 
 
-@given(BTIMES, st.integers(min_value=-4_999, max_value=4_999), TICKS, APART)
-def test_earlier_is_told_across_a_step_of_the_clock(
-    btime: int, move: int, ticks: int, apart: int
+@given(BTIMES, TICKS, APART)
+def test_earlier_is_told_between_two_starts_read_with_one_boot_time(
+    btime: int, ticks: int, apart: int
 ) -> None:
-    """A process read now against the start of a job's first process recorded before a step:
-    earlier exactly when it started earlier; never earlier when it started later, even where
-    the recorded start's code is 0 and could be an uncoded one (then the doubt keeps it)."""
+    """A process read now against the start of a job's first process, no step between:
+    earlier exactly when it started earlier."""
     recorded = encode_start(btime, ticks)
-    seen = encode_start(btime + move, ticks + apart)
-    if btime % 10_000:
-        assert started_before(seen, recorded) == (apart < 0)
-    elif started_before(seen, recorded):
-        assert apart < 0
+    assert started_before(encode_start(btime, ticks + apart), recorded) == (apart < 0)
     assert not started_before(recorded, recorded)
 
 
-@given(TICKS, APART)
-def test_earlier_against_a_start_with_a_code_of_0_is_told_with_no_step(
-    ticks: int, apart: int
+@given(BTIMES, MOVES.filter(lambda m: m % 10_000 != 0), TICKS, APART)
+def test_after_a_step_of_the_clock_nothing_is_earlier(
+    btime: int, move: int, ticks: int, apart: int
 ) -> None:
-    btime = 1_796_520_000  # btime % 10_000 == 0: its starts look like uncoded ones
-    recorded = encode_start(btime, ticks)
-    assert started_before(encode_start(btime, ticks + apart), recorded) == (apart < 0)
+    """Across a step (its size known only modulo 10,000 s), no process is called older than a
+    job's first: one that is would keep the job a little longer; one called older that is not
+    would let a live job's folder go. (A guess of the nearest step took a process started an
+    hour after the job for an elder after a 12.7 h step.)"""
+    recorded = encode_start(btime + move, ticks)
+    assert not started_before(encode_start(btime, ticks + apart), recorded)
 
 
-def test_a_start_with_no_bound_is_never_earlier() -> None:
+@given(st.integers(min_value=1, max_value=9_999), TICKS, APART)
+def test_a_start_without_a_code_is_set_only_against_one_with_the_same(
+    code: int, ticks: int, apart: int
+) -> None:
+    """psutil's start or an earlier version's (no code) against a start read with a code:
+    not earlier, whatever the ticks say (before, a younger child read by psutil was called an
+    elder for about half of all boot times)."""
+    btime = 1_796_520_000 + code
+    plain = btime + (ticks + apart) / CLOCK_TICKS
+    assert not started_before(plain, encode_start(btime, ticks))
+    assert started_before(plain, btime + ticks / CLOCK_TICKS) == (apart < 0)  # both plain
+
+
+@given(BTIMES, TICKS)
+def test_a_start_without_a_code_gets_the_one_its_boot_time_gives(btime: int, ticks: int) -> None:
+    """What the portable backend does on Linux with psutil's ``create_time``."""
+    assert coded(btime + ticks / CLOCK_TICKS, btime) == encode_start(btime, ticks)
+
+
+def test_a_start_is_earlier_than_a_later_bound_and_never_than_no_bound() -> None:
     """A job's process gone before it was read is as old as any: its group's bound is -inf."""
-    assert not started_before(encode_start(1_796_525_134, 5), float("-inf"))
+    start = encode_start(1_796_525_134, 5)
+    assert started_before(start, encode_start(1_796_525_134, 6))
+    assert not started_before(start, float("-inf"))
 
 
 @linux_only
@@ -107,7 +133,7 @@ def test_a_live_owner_is_alive_to_a_process_that_reads_the_clock_after_a_step(
     """A reservation's owner recorded by one process and asked about by another after the
     clock moved (a second, an hour, 12.7 hours, either way): alive, asked once or again and
     again (the pidfd watch), and dead once killed; a start 10 s off is another process."""
-    from janitor.host.processes.linux import LinuxProcesses, read_btime
+    from janitor.host.processes.linux import LinuxProcesses
 
     btime = read_btime()
     recorded = LinuxProcesses(btime=lambda: btime).start(sleeper.pid)
@@ -133,7 +159,7 @@ def test_before_this_change_a_step_of_one_second_read_a_live_owner_as_dead(
     """What the CI run met: the exact rule, applied to a start read a second apart, says
     dead. The rule that carries btime says alive."""
     from janitor.host.processes.api import same_start
-    from janitor.host.processes.linux import LinuxProcesses, read_btime
+    from janitor.host.processes.linux import LinuxProcesses
 
     btime = read_btime()
     recorded = LinuxProcesses(btime=lambda: btime).start(sleeper.pid)
@@ -141,3 +167,21 @@ def test_before_this_change_a_step_of_one_second_read_a_live_owner_as_dead(
     assert recorded is not None and seen is not None
     assert not same_start(recorded, seen)  # the exact rule
     assert same_ticks(recorded, seen)
+
+
+@linux_only
+def test_the_portable_backend_on_linux_reads_a_start_as_the_linux_one(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    """psutil's start, given its code: the same float the Linux backend reads, and one process
+    to both across a step (the CI's portable pass runs on Linux)."""
+    from janitor.host.processes.linux import LinuxProcesses
+    from janitor.host.processes.portable import PortableProcesses
+
+    btime = read_btime()
+    portable, linux = PortableProcesses(), LinuxProcesses(btime=lambda: btime)
+    seen = portable.start(sleeper.pid)
+    assert seen is not None and seen == linux.start(sleeper.pid)
+    stepped = LinuxProcesses(btime=lambda: btime - 3600).start(sleeper.pid)
+    assert stepped is not None and portable.alive(sleeper.pid, stepped)
+    assert not portable.alive(sleeper.pid, stepped - 10)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from janitor.host.processes.api import ProcessInfo
 from janitor.host.processes.portable import PortableProcesses
-from janitor.host.processes.ticks import encode_start, same_ticks, started_before
+from janitor.host.processes.ticks import encode_start, read_btime, same_ticks, started_before
 
 __all__ = ["LinuxProcesses", "read_btime"]
 
@@ -40,21 +40,6 @@ def _stat(pid: int) -> list[bytes] | None:
     # The command name may hold spaces and parentheses: fields start after the last ')'.
     fields = data[data.rfind(b")") + 2 :].split()
     return fields if len(fields) > 19 else None
-
-
-def read_btime() -> int:
-    """Boot time as psutil reads it on Linux (``btime`` in /proc/stat, whole seconds), without
-    importing psutil (a tenth of a CLI command's start-up)."""
-    try:
-        with open("/proc/stat", "rb") as f:
-            for line in f:
-                if line.startswith(b"btime "):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    import psutil
-
-    return int(psutil.boot_time())
 
 
 class _PidfdWatch:

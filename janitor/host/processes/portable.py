@@ -7,12 +7,18 @@ import os
 import sys
 
 from janitor.host.processes.api import Processes, ProcessInfo, same_start
-from janitor.host.processes.ticks import same_ticks, started_before
+from janitor.host.processes.ticks import coded, read_btime, same_ticks, started_before
 
 __all__ = ["PortableProcesses"]
 
 #: psutil reads a start on Linux from /proc (ticks plus btime) even in the portable mode.
 _ON_LINUX = sys.platform.startswith("linux")
+
+
+def _start(create_time: float) -> float:
+    """psutil's start of a process as this backend gives it: on Linux, carrying the boot time
+    it was read with (:func:`janitor.host.processes.ticks.coded`), as the Linux backend's."""
+    return coded(create_time, read_btime()) if _ON_LINUX else create_time
 
 
 def _pgid(pid: int) -> int | None:
@@ -28,8 +34,8 @@ class PortableProcesses(Processes):
     """psutil's answers."""
 
     def same_start(self, recorded: float, seen: float) -> bool:
-        # On Linux psutil reads a start as /proc's ticks plus btime, as the Linux backend
-        # does: compare as it does (a start it read carries its btime; psutil's carries none).
+        # On Linux psutil reads a start as /proc's ticks plus btime: given its code (_start),
+        # compared as the Linux backend compares.
         return same_ticks(recorded, seen) if _ON_LINUX else same_start(recorded, seen)
 
     def started_before(self, seen: float, recorded: float) -> bool:
@@ -45,7 +51,7 @@ class PortableProcesses(Processes):
             with proc.oneshot():
                 if proc.status() == psutil.STATUS_ZOMBIE:  # as /proc says: it never writes again
                     return None
-                return float(proc.create_time())
+                return _start(float(proc.create_time()))
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             return None
         except psutil.AccessDenied:
@@ -61,7 +67,7 @@ class PortableProcesses(Processes):
                     return False
                 if start is None or start < 0:
                     return True
-                return self.same_start(start, proc.create_time())
+                return self.same_start(start, _start(proc.create_time()))
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             return False
         except psutil.AccessDenied:
@@ -76,7 +82,7 @@ class PortableProcesses(Processes):
             with proc.oneshot():
                 ppid = proc.ppid()
                 try:
-                    start: float | None = float(proc.create_time())
+                    start: float | None = _start(float(proc.create_time()))
                     if proc.status() == psutil.STATUS_ZOMBIE:
                         start = None
                 except (psutil.AccessDenied, psutil.ZombieProcess):
@@ -107,8 +113,7 @@ class PortableProcesses(Processes):
             info = proc.info
             if info.get("status") == psutil.STATUS_ZOMBIE or info.get("ppid") is None:
                 continue  # a zombie never writes again; an entry gone meanwhile
-            start = info.get("create_time")
-            found[proc.pid] = ProcessInfo(
-                proc.pid, int(info["ppid"]), "", (), -1.0 if start is None else float(start), pgid
-            )
+            read = info.get("create_time")
+            start = -1.0 if read is None else _start(float(read))
+            found[proc.pid] = ProcessInfo(proc.pid, int(info["ppid"]), "", (), start, pgid)
         return found

@@ -13,8 +13,9 @@ owner as gone.)
 So a start read from ``/proc`` carries ``btime % 10_000`` in its microseconds, below the tick
 that no reading uses (:func:`encode_start`): 1796525134.25 s read with ``btime``
 1796525134 becomes 1796525134.255134. Two readings of one process then differ by exactly the
-move of ``btime`` that their codes tell (:func:`same_ticks`), and a start read now can be set
-against one recorded before a step (:func:`started_before`).
+move of ``btime`` that their codes tell (:func:`same_ticks`). Which of two began first is told
+only for two read with one ``btime`` (:func:`started_before`). psutil's starts get the code
+too (:func:`coded`), so the portable backend on Linux reads as this one does.
 
 >>> same_ticks(encode_start(1796525134, 2500), encode_start(1796525135, 2500))
 True
@@ -27,7 +28,9 @@ from __future__ import annotations
 import math
 import os
 
-__all__ = ["CLOCK_TICKS", "encode_start", "same_ticks", "started_before"]
+__all__ = [
+    "CLOCK_TICKS", "coded", "encode_start", "read_btime", "same_ticks", "started_before"
+]  # fmt: skip
 
 #: Clock ticks per second in ``/proc/PID/stat`` (USER_HZ: 100 on every Linux port but Alpha).
 CLOCK_TICKS: int = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -73,18 +76,36 @@ def same_ticks(recorded: float, seen: float) -> bool:
 
 def started_before(seen: float, recorded: float) -> bool:
     """True when a start read now began strictly before a start recorded, maybe by another
-    process with another ``btime``: earlier once the recorded one is moved by the ``btime``
-    move its code tells (the nearest, within 5,000 s). A recorded start with no code (psutil's,
-    an earlier version's, or one read while ``btime % 10_000`` was 0) must be earlier as read
-    too: the answer that keeps a job's process (not earlier) wins the doubt."""
+    process: lineage's elder rule. Only when both were read with one ``btime`` (the same
+    code) can the two be set against each other; after a step of the clock (the codes
+    differ), its size is known only modulo 10,000 s, so nothing counts as earlier: the answer
+    that keeps a job's process wins the doubt. (A step of exactly a multiple of 10,000 s goes
+    unseen, as every step did before.)"""
     if not _TICK_US or not math.isfinite(seen) or not math.isfinite(recorded):
         return seen < recorded  # a bound of -inf: one gone before it was read, as old as any
     (ta, ca), (tb, cb) = (
         divmod(round(seen * _US), _TICK_US),
         divmod(round(recorded * _US), _TICK_US),
     )
-    moved = (ca - cb) % _TICK_US  # how far seen's btime is past recorded's, modulo 10,000 s
-    if moved > _TICK_US // 2:
-        moved -= _TICK_US
-    earlier = ta < tb + moved * CLOCK_TICKS
-    return earlier and (cb != 0 or ta < tb)
+    return ca == cb and ta < tb
+
+
+def coded(start: float, btime: int) -> float:
+    """A start in epoch seconds that carries no code (psutil's ``create_time``: ``btime`` plus
+    ticks), read while ``/proc/stat`` said ``btime``: the same start, carrying it."""
+    return encode_start(btime, round((start - btime) * CLOCK_TICKS))
+
+
+def read_btime() -> int:
+    """Boot time as psutil reads it on Linux (``btime`` in /proc/stat, whole seconds), without
+    importing psutil (a tenth of a CLI command's start-up)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    import psutil
+
+    return int(psutil.boot_time())
