@@ -337,7 +337,18 @@ def test_a_signal_to_janitor_exec_reaches_the_child(
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready", proc.stderr and proc.stderr.read()
         proc.send_signal(sig)  # to janitor exec, not to the child
-        code = proc.wait(timeout=30)
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            # Once seen in a CI pass (SIGINT, the portable mode): say what each side did.
+            proc.kill()
+            proc.wait()
+            trapped = marker.read_text() if marker.exists() else "nothing"
+            said = proc.stderr.read() if proc.stderr else ""
+            pytest.fail(
+                f"janitor exec still ran 30 s after {sig.name}; the child trapped {trapped}; "
+                f"its stderr: {said}"
+            )
     finally:
         if proc.poll() is None:
             proc.kill()
