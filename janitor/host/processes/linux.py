@@ -17,7 +17,7 @@ from janitor.host.processes.api import ProcessInfo
 from janitor.host.processes.portable import PortableProcesses
 from janitor.host.processes.ticks import encode_start, read_btime, same_ticks, started_before
 
-__all__ = ["LinuxProcesses", "read_btime"]
+__all__ = ["LinuxProcesses"]
 
 
 def _stat(pid: int) -> list[bytes] | None:

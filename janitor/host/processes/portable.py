@@ -15,10 +15,13 @@ __all__ = ["PortableProcesses"]
 _ON_LINUX = sys.platform.startswith("linux")
 
 
-def _start(create_time: float) -> float:
+def _start(create_time: float, btime: int | None = None) -> float:
     """psutil's start of a process as this backend gives it: on Linux, carrying the boot time
-    it was read with (:func:`janitor.host.processes.ticks.coded`), as the Linux backend's."""
-    return coded(create_time, read_btime()) if _ON_LINUX else create_time
+    it was read with (:func:`janitor.host.processes.ticks.coded`), as the Linux backend's.
+    ``btime``: one already read for a whole scan of the process table."""
+    if not _ON_LINUX:
+        return create_time
+    return coded(create_time, read_btime() if btime is None else btime)
 
 
 def _pgid(pid: int) -> int | None:
@@ -107,6 +110,7 @@ class PortableProcesses(Processes):
             procs = list(psutil.process_iter(["ppid", "create_time", "status"]))
         except (psutil.Error, OSError):
             return None
+        btime = read_btime() if _ON_LINUX else None  # once for the scan, not once a process
         for proc in procs:
             if _pgid(proc.pid) != pgid:
                 continue
@@ -114,6 +118,6 @@ class PortableProcesses(Processes):
             if info.get("status") == psutil.STATUS_ZOMBIE or info.get("ppid") is None:
                 continue  # a zombie never writes again; an entry gone meanwhile
             read = info.get("create_time")
-            start = -1.0 if read is None else _start(float(read))
+            start = -1.0 if read is None else _start(float(read), btime)
             found[proc.pid] = ProcessInfo(proc.pid, int(info["ppid"]), "", (), start, pgid)
         return found
