@@ -16,8 +16,8 @@ The command leads a process group of its own, so a shell wrapper's children go w
 command started from an interactive terminal's foreground stays in the supervisor's group (it
 may read the terminal and take Ctrl-C, as ``timeout --foreground`` allows), and then the
 sentinel kills the command alone. A supervisor that ends normally tells the sentinel so before
-it reaps the command (``waitid`` with ``WNOWAIT``), so the sentinel never signals a pid that may
-have been given to another process.
+it reaps the command (its exit seen through a pidfd on Linux, :mod:`janitor.host.child_exit`),
+so the sentinel never signals a pid that may have been given to another process.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ try:  # the C module: ``signal`` builds its enums at import, 8 ms on every guard
 except ImportError:  # pragma: no cover - not CPython
     import signal  # type: ignore[no-redef,unused-ignore]
 
-from janitor.host.fastpaths import PORTABLE
+from janitor.host.child_exit import exit_watch, reap
 from janitor.host.parent_death import death_signal_setter
 
 # The guarded ffmpeg imports this module on every call: no typing at run time.
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from types import FrameType
     from typing import IO, Any
+
+    from janitor.host.child_exit import ChildExit
 
 __all__ = [
     "FORWARDED_SIGNALS",
@@ -66,9 +68,6 @@ _SENTINEL = (
     'trap "" INT QUIT HUP TERM TSTP; '
     'IFS= read -r word; [ "$word" = done ] || kill -s KILL -- "$1" 2>/dev/null; exit 0'
 )
-#: waitid(WNOWAIT) lets the supervisor see the exit before it reaps; macOS's Python lacks it
-#: before 3.13, and the portable mode does without it as macOS does.
-_WNOWAIT = hasattr(os, "waitid") and hasattr(os, "WNOWAIT") and not PORTABLE
 
 
 def in_foreground() -> bool:
@@ -118,8 +117,6 @@ class Supervised:
         stdout: int | IO[Any] | None = None,
         stderr: int | IO[Any] | None = None,
     ) -> None:
-        import threading
-
         self.foreground = in_foreground() if foreground is None else foreground
         argv = list(argv)
         exe = _which(argv[0], env)
@@ -141,9 +138,8 @@ class Supervised:
             pass  # no /bin/sh: Linux still has pdeathsig; say nothing more here
         finally:
             os.close(read_end)
-        self._exited = threading.Event()
-        self._returncode: int | None = None
-        threading.Thread(target=self._watch, name="janitor-supervised", daemon=True).start()
+        # The sentinel is dismissed once the command exited, before its pid is reaped.
+        self._exit: ChildExit = exit_watch(self.pid, self._dismiss)
 
     def _spawn(
         self, exe: str, argv: list[str], env: dict[str, str], stdio: tuple[int | None, ...]
@@ -211,22 +207,6 @@ class Supervised:
         """The sentinel's pid (for tests and diagnostics)."""
         return self._sentinel
 
-    def _watch(self) -> None:
-        """Block until the command exits; release the sentinel before the pid is reaped."""
-        if _WNOWAIT:
-            try:
-                os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
-            except ChildProcessError:
-                pass
-            except InterruptedError:  # pragma: no cover - PEP 475 retries for us
-                pass
-            self._dismiss()
-            self._returncode = _reap(self.pid)
-        else:
-            self._returncode = _reap(self.pid)
-            self._dismiss()
-        self._exited.set()
-
     def _dismiss(self) -> None:
         """Tell the sentinel the command ended normally, and let it go."""
         word, self._word = self._word, -1
@@ -238,23 +218,23 @@ class Supervised:
             pass
         os.close(word)
         if self._sentinel is not None:
-            _reap(self._sentinel, timeout=5.0)  # it exits as soon as it reads the word
+            reap(self._sentinel, timeout=5.0)  # it exits as soon as it reads the word
 
     def wait(self, timeout: float | None = None) -> int | None:
         """The command's exit code once it ended (negative: killed by that signal), else None
-        after ``timeout`` seconds. Signal handlers of the main thread run while it waits."""
-        if not self._exited.wait(timeout):
-            return None
-        return self._returncode
+        after ``timeout`` seconds (None: no limit). Signal handlers of the main thread run
+        while it waits (:mod:`janitor.host.child_exit`)."""
+        return self._exit.wait(timeout)
 
     @property
     def returncode(self) -> int | None:
         """The exit code, or None while the command runs."""
-        return self._returncode if self._exited.is_set() else None
+        return self._exit.returncode
 
     def signal(self, sig: int) -> None:
-        """Send ``sig`` to the command (its whole process group, unless in the foreground)."""
-        if self._exited.is_set():
+        """Send ``sig`` to the command (its whole process group, unless in the foreground); not
+        once it ended, for its pid may be another process's then."""
+        if self._exit.ended:
             return
         try:
             if self.foreground:
@@ -273,29 +253,6 @@ class Supervised:
             code = self.wait()
         assert code is not None
         return code
-
-
-def _reap(pid: int, timeout: float | None = None) -> int | None:
-    """Wait for ``pid`` and return its exit code, negative for a signal (as Popen does); None
-    if it still runs after ``timeout`` seconds (left to init once we exit)."""
-    import time
-
-    deadline = None if timeout is None else time.monotonic() + timeout
-    delay = 0.0005
-    while True:
-        try:
-            done, status = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
-        except ChildProcessError:
-            return 0
-        if done == 0:
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-            continue
-        if os.WIFSTOPPED(status):
-            continue
-        return os.waitstatus_to_exitcode(status)
 
 
 def _spawn_sentinel(read_end: int, target: str) -> int:
@@ -357,11 +314,7 @@ def forward_signals(
     the command and then us, so the shell that ran us sees a stopped job; SIGCONT (``fg``)
     continues both.
     """
-    import threading
-
     forwarded: dict[int, Any] = {}
-    if threading.current_thread() is not threading.main_thread():
-        return start(), forwarded
     started: list[Supervised] = []
     early: list[int] = []
 
@@ -377,8 +330,12 @@ def forward_signals(
         started[0].signal(signal.SIGSTOP)
         os.kill(os.getpid(), signal.SIGSTOP)
 
-    for sig in FORWARDED_SIGNALS:
-        forwarded[sig] = signal.signal(sig, forward)
+    try:
+        for sig in FORWARDED_SIGNALS:
+            forwarded[sig] = signal.signal(sig, forward)
+    except ValueError:  # not the main thread: only it may set handlers (and run them)
+        restore_signals(forwarded)  # none set, as it is the first that raises
+        return start(), {}
     try:
         child = start()
     except BaseException:

@@ -889,6 +889,37 @@ def test_both_front_ends_send_the_call_as_they_got_it_to_one_endpoint(
     assert len(logged) == 2 and all(" DEBUG " in ln for ln in logged), logged
 
 
+@pytest.mark.usefixtures("own_daemon")
+def test_a_cut_the_daemon_holds_loads_no_thread_machinery_and_no_ctypes(
+    vol: Pipeline, wav: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Python guard's later cut (what hundreds of groups a recording make): held by the
+    daemon, ffmpeg run and watched to its end. On Linux its end is seen through a pidfd and
+    ``prctl`` is called through ``_ctypes``: ``threading`` and ``ctypes`` would cost it 7 ms
+    of every cut. The portable mode (macOS's way) watches with a thread and has no prctl."""
+    monkeypatch.setenv("JANITOR_GUARD_FRONT_END", "python")
+    folder = tmp_path / "bin"
+    assert install_guard(folder).kind == "python"
+    job = vol.tmp / ".tmpJOB" / "fa_v2" / "audio"
+    job.mkdir(parents=True)
+    imported: list[set[str]] = []
+    for n in range(2):  # the job's first cut, then a later one drawing on its working set
+        out = job / f"fa-v2-audio-{n}.pcm"
+        argv = [sys.executable, "-I", "-S", "-X", "importtime", str(folder / "ffmpeg"),
+                *_cut(str(out), wav)]  # fmt: skip
+        call = subprocess.run(argv, capture_output=True, env=_env(folder / "ffmpeg"), timeout=60)
+        assert call.returncode == 0, call.stderr
+        assert out.stat().st_size == PCM_RATE
+        lines = [ln for ln in call.stderr.splitlines() if ln.startswith(b"import time:")]
+        imported.append({ln.rpartition(b"|")[2].strip().decode() for ln in lines})
+    assert sum("reserved through the daemon" in ln for ln in _log_lines()) == 2, _log_lines()
+    for names in imported:
+        assert "janitor.commands.supervise" in names  # ffmpeg ran under the watch
+        assert "ctypes" not in names
+        assert ("threading" in names) is PORTABLE
+        assert names & {"janitor.core", "janitor.guarding.verdict", "typing"} == set()
+
+
 # -- the daemon's side: POST /v1/guard/call -------------------------------------------------------
 
 
