@@ -276,15 +276,16 @@ def test_a_waiting_job_is_admitted_the_moment_the_other_jobs_folder_is_removed(
 def test_a_waiter_that_cannot_be_served_does_not_hold_back_one_that_can(
     tmp_path: Path, m4a: Callable[[float], Path]
 ) -> None:
-    """Without a daemon (the guard polls): B waits for A's working set (A holds it 30 s); C,
-    small enough to fit beside A, does not delay B (what A gives back when it ends still covers
-    B with C's bytes taken), so it passes B at once (backfill) and cuts its group; B's wait ends
-    refused at its JANITOR_GUARD_WAIT_S, saying how long it waited. (Before, C waited behind B
-    and both were refused.)"""
+    """Without a daemon (the guard polls): B waits for A's working set (A holds it until the
+    test kills it, so however slowly B starts on a loaded machine, A holds it then); C, small
+    enough to fit beside A, does not delay B (what A gives back when it ends still covers B with
+    C's bytes taken), so it passes B at once (backfill) and cuts its group; B's wait ends refused
+    at its JANITOR_GUARD_WAIT_S, saying how long it waited. (Before, C waited behind B and both
+    were refused.)"""
     a_src, b_src = m4a(400), m4a(402)
     reports = {k: tmp_path / f"{k}.jsonl" for k in "abc"}
     with site(tmp_path, size="64m", floor="8MiB") as s:
-        a = s.start("--groups", "2", "--group-s", "20", "--hold-s", "30", "--report",
+        a = s.start("--groups", "2", "--group-s", "20", "--hold-s", "600", "--report",
                     reports["a"], a_src)  # fmt: skip
         eventually(lambda: len(cuts_of(reports["a"])) == 2, timeout=60, what="job A's cuts")
         b = s.start("--groups", "2", "--group-s", "20", "--report", reports["b"], b_src,
