@@ -27,9 +27,11 @@ _walk: SizeWalk | None = None
 _GLOBAL = ("--config", "--policy")
 
 
-def root_options(argv: Sequence[str]) -> tuple[dict[str, str], list[str]] | None:
-    """For a ``space`` command line: its root options (``--config``, ``--policy``) and what
-    follows ``space``; None for any other command line."""
+def root_options(
+    argv: Sequence[str], command: str = "space"
+) -> tuple[dict[str, str], list[str]] | None:
+    """For a ``command`` command line (``space``, ``daemon``): its root options (``--config``,
+    ``--policy``) and what follows the command's name; None for any other command line."""
     opts: dict[str, str] = {}
     i = 0
     while i < len(argv):
@@ -44,7 +46,7 @@ def root_options(argv: Sequence[str]) -> tuple[dict[str, str], list[str]] | None
             opts[name] = value
             i += 1
             continue
-        if token != "space":
+        if token != command:
             return None  # another command, or an option of the root (--help, --version)
         return opts, list(argv[i + 1 :])
     return None

@@ -1,4 +1,4 @@
-"""``janitor space`` answered before the command-line framework loads.
+"""``janitor space`` and ``janitor daemon`` run before the command-line framework loads.
 
 ``janitor space`` must be faster than ``du`` over the same folders. A plain
 ``janitor [--config F] [--policy F] space [--json] [--fresh]`` runs here, without typer (which
@@ -12,6 +12,12 @@ and exit codes as the typer command (``janitor.cli.status.space``, which calls t
 2. Else it measures now: the walk starts at once (``janitor.cli.early``), then the settings,
    the policy and the ledger are loaded and the report made (``janitor.usage``).
 
+A plain ``janitor [--config F] [--policy F] daemon [--quiet] [--admission-only]`` runs here
+too: the daemon starts without typer and the command tree, which were a fourth of the time
+before its socket answered (``janitor run`` starts one for every run; launchd and systemd
+start the user's). The same settings, daemon, messages and exit codes as the typer command
+(``janitor.cli.service.daemon``).
+
 Any other command line, ``--help`` too, goes to typer.
 """
 
@@ -19,14 +25,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from janitor.cli.early import root_options
 
-__all__ = ["SpaceArgs", "space", "space_args"]
+__all__ = ["DaemonArgs", "SpaceArgs", "daemon", "daemon_args", "space", "space_args"]
 
 #: How long the daemon may take to answer (it measures first when its report is too old).
 DAEMON_TIMEOUT_S = 30.0
@@ -55,13 +61,50 @@ def space_args(argv: Sequence[str]) -> SpaceArgs | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class DaemonArgs:
+    """A plain ``daemon`` command line: the root options, ``--quiet`` and ``--admission-only``."""
+
+    config: str | None
+    policy: str | None
+    quiet: bool = False
+    admission_only: bool = False
+
+
+#: ``janitor daemon``'s options, as its typer command spells them.
+_DAEMON_FLAGS = ("--quiet", "-q", "--admission-only")
+
+
+def daemon_args(argv: Sequence[str]) -> DaemonArgs | None:
+    """The ``daemon`` command line in ``argv`` if it is a plain one, else None."""
+    found = root_options(argv, "daemon")
+    if found is None:
+        return None
+    opts, rest = found
+    if any(t not in _DAEMON_FLAGS for t in rest):
+        return None  # --help, a typo: typer says it
+    quiet = "--quiet" in rest or "-q" in rest
+    return DaemonArgs(opts.get("--config"), opts.get("--policy"), quiet, "--admission-only" in rest)
+
+
 def space(args: SpaceArgs) -> int:
     """Run ``janitor space``; its exit code."""
+    return _in_our_words(lambda: _space(args))
+
+
+def daemon(args: DaemonArgs) -> int:
+    """Run ``janitor daemon`` in the foreground until it is stopped; its exit code."""
+    return _in_our_words(lambda: _daemon(args))
+
+
+def _in_our_words(command: Callable[[], int]) -> int:
+    """``command()``'s exit code; the library's errors as the typer commands give them: one
+    line and their exit code."""
     from janitor.cli.light import say
     from janitor.errors import EXIT_BAD_INPUT, JanitorError
 
     try:
-        return _space(args)
+        return command()
     except JanitorError as exc:
         say(f"error: {exc}")
         return exc.exit_code
@@ -70,6 +113,23 @@ def space(args: SpaceArgs) -> int:
 
         say(f"error: {access_error(exc.filename or '?', exc, 'use')}")
         return EXIT_BAD_INPUT
+
+
+def _daemon(args: DaemonArgs) -> int:
+    import gc
+
+    from janitor.cli.light import own_state_dir
+    from janitor.config.settings import Settings
+    from janitor.daemon.supervisor import Daemon
+
+    # What start-up made stays out of the cyclic GC's walks; the GC runs for the daemon's
+    # hours (janitor.cli.common.lasting, as the typer command calls it).
+    gc.freeze()
+    gc.enable()
+    policy = Path(args.policy) if args.policy else None
+    settings = Settings.load(Path(args.config) if args.config else None, policy=policy)
+    own_state_dir(settings)  # never root in a user's state dir
+    return Daemon(settings, log_to_stderr=not args.quiet, admission_only=args.admission_only).run()
 
 
 def _space(args: SpaceArgs) -> int:

@@ -53,10 +53,6 @@ def daemon(
     lasting()
     s = settings()
     own_state_dir(s)  # never root in a user's state dir
-    if admission_only:  # a run's own daemon: its socket only (the user's daemon has the ports)
-        s = s.model_copy(
-            update={"http_port": None, "metrics_listen": None, "metrics_textfile": None}
-        )
     code = Daemon(s, log_to_stderr=not quiet, admission_only=admission_only).run()
     raise typer.Exit(code)
 

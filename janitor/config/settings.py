@@ -264,6 +264,14 @@ class Settings(BaseSettings):
         """The daemon's Unix socket, ``/run/user/1000/space-janitor/janitor.sock`` on Linux."""
         return self.runtime_dir / "janitor.sock"
 
+    def for_a_run(self) -> Settings:
+        """These settings for a run's own daemon (``janitor daemon --admission-only``): its
+        socket alone; the loopback port, the metrics listener and the metrics file stay the
+        user's daemon's."""
+        return self.model_copy(
+            update={"http_port": None, "metrics_listen": None, "metrics_textfile": None}
+        )
+
     @classmethod
     def load(cls, config: Path | str | None = None, **overrides: Any) -> Settings:
         """Settings from ``overrides`` > ``JANITOR_*`` > the config file > defaults.

@@ -54,7 +54,7 @@ class Daemon:
     def __init__(
         self, settings: Settings, *, log_to_stderr: bool = True, admission_only: bool = False
     ) -> None:
-        self.settings = settings
+        self.settings = settings.for_a_run() if admission_only else settings
         self.admission_only = admission_only  # no sweeps, watches, ballast or orphan removal
         self.log_to_stderr = log_to_stderr
         self.bus = EventBus()
