@@ -123,7 +123,8 @@ def _daemon(args: DaemonArgs) -> int:
     from janitor.daemon.supervisor import Daemon
 
     # What start-up made stays out of the cyclic GC's walks; the GC runs for the daemon's
-    # hours (janitor.cli.common.lasting, as the typer command calls it).
+    # hours (what janitor.cli.common.lasting does for the other long-lived commands; that
+    # module loads typer).
     gc.freeze()
     gc.enable()
     policy = Path(args.policy) if args.policy else None

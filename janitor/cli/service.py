@@ -9,10 +9,9 @@ import typer
 
 from janitor.cli.common import (
     DryRunOpt,
+    G,
     JsonOpt,
     at_least,
-    lasting,
-    own_state_dir,
     print_json,
     say,
     settings,
@@ -48,12 +47,11 @@ def daemon(
     Watches the trees, samples volumes, forecasts ENOSPC risk, evicts under pressure, and serves
     the HTTP API on a Unix socket. Stops cleanly on SIGTERM or Ctrl-C.
     """
-    from janitor.daemon.supervisor import Daemon
+    from janitor.cli import quick
 
-    lasting()
-    s = settings()
-    own_state_dir(s)  # never root in a user's state dir
-    code = Daemon(s, log_to_stderr=not quiet, admission_only=admission_only).run()
+    # What a plain `janitor daemon` runs before typer loads (janitor.cli.quick): one start.
+    config, policy = (str(p) if p else None for p in (G.config, G.policy))
+    code = quick.daemon(quick.DaemonArgs(config, policy, quiet, admission_only))
     raise typer.Exit(code)
 
 
