@@ -7,14 +7,13 @@ Only light modules are imported here: ``janitor --help`` loads this for every co
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from janitor.cli.light import own_state_dir, print_json, say
+from janitor.cli.light import lasting, own_state_dir, print_json, say
 
 if TYPE_CHECKING:
     from janitor.config.settings import Settings
@@ -118,13 +117,3 @@ def owner(owner_pid: int | None) -> Owner:
         return choose_owner()
     proc = process_info(owner_pid)
     return Owner(owner_pid, process_start(owner_pid), proc.describe() if proc else "?")
-
-
-def lasting() -> None:
-    """Called by the commands that may run for hours: the cyclic GC runs again for them.
-
-    What start-up made (modules, classes, the command tree) stays in the permanent generation,
-    where no collection walks it (``gc.freeze``, as a pre-fork server does).
-    """
-    gc.freeze()
-    gc.enable()

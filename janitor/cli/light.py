@@ -4,6 +4,7 @@ that answer before the command-line framework loads (``janitor.cli.quick``) use 
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from janitor.config.settings import Settings
 
-__all__ = ["own_state_dir", "print_json", "say"]
+__all__ = ["lasting", "own_state_dir", "print_json", "say"]
 
 
 def say(message: str) -> None:
@@ -46,3 +47,13 @@ def own_state_dir(s: Settings) -> None:
     refuse_root(s.state_dir)
     for line in repair(s.state_dir):
         say(f"note: {line}")
+
+
+def lasting() -> None:
+    """Called by the commands that may run for hours: the cyclic GC runs again for them.
+
+    What start-up made (modules, classes, the command tree) stays in the permanent generation,
+    where no collection walks it (``gc.freeze``, as a pre-fork server does).
+    """
+    gc.freeze()
+    gc.enable()

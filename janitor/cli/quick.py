@@ -116,17 +116,11 @@ def _in_our_words(command: Callable[[], int]) -> int:
 
 
 def _daemon(args: DaemonArgs) -> int:
-    import gc
-
-    from janitor.cli.light import own_state_dir
+    from janitor.cli.light import lasting, own_state_dir
     from janitor.config.settings import Settings
     from janitor.daemon.supervisor import Daemon
 
-    # What start-up made stays out of the cyclic GC's walks; the GC runs for the daemon's
-    # hours (what janitor.cli.common.lasting does for the other long-lived commands; that
-    # module loads typer).
-    gc.freeze()
-    gc.enable()
+    lasting()  # the daemon lives for hours: the cyclic GC runs for it
     policy = Path(args.policy) if args.policy else None
     settings = Settings.load(Path(args.config) if args.config else None, policy=policy)
     own_state_dir(settings)  # never root in a user's state dir
