@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from janitor.admission.reserve import log_row, reap
@@ -34,6 +35,7 @@ __all__ = [
     "RiskDecision",
     "assess_risk",
     "choose_at_risk",
+    "fastest_fill",
     "finite",
     "forecast",
     "risk_order",
@@ -71,6 +73,22 @@ def forecast(
         eta_full = max(0.0, free_now / rate)
         eta_floor = max(0.0, (free_now - floor) / rate)
     return Forecast(rate, eta_floor, eta_full, round(confidence, 3), n)
+
+
+def fastest_fill(samples: Sequence[tuple[float, int]]) -> float:
+    """The fastest fall of free space between two consecutive ``(time, free)`` samples, in
+    bytes per second (0.0 when it never fell).
+
+    The fitted rate of :func:`forecast` is what a volume fills at over minutes; this is how fast
+    it has been seen to fill at all. An outside writer's burst (a download, a build, a copy)
+    lasts a second or two, which a fit over ten minutes smooths away, and it is the burst that
+    can take a volume from above free_low to its floor between two calm samples.
+    """
+    fastest = 0.0
+    for (t0, f0), (t1, f1) in pairwise(samples):
+        if t1 > t0 and f1 < f0:
+            fastest = max(fastest, (f0 - f1) / (t1 - t0))
+    return fastest
 
 
 class LevelTracker:

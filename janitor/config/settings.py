@@ -105,8 +105,10 @@ class Settings(BaseSettings):
         default=0.25,
         gt=0,
         le=MAX_DURATION_S,
-        description="Daemon: how often free space is sampled while a volume is below free_low "
-        "(an outside writer can cross the floor and reach zero within one normal interval).",
+        description="Daemon: how often free space is sampled while a volume is below free_low, "
+        "or close enough to it that the fastest fill seen in the forecast window could take it "
+        "there within two normal intervals (an outside writer can cross the floor and reach "
+        "zero within one).",
     )
     sweep_interval_s: float = Field(
         default=300.0, gt=0, le=MAX_DURATION_S, description="Daemon: full sweeps."

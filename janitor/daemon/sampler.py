@@ -1,11 +1,13 @@
 """The volume sample: free space read, forecast, a damped level published, and acted on.
 
-Every ``sample_interval_s`` (every ``sample_interval_low_s`` while a volume is below free_low)
-each managed volume is read and recorded in the ledger; the series of the forecast window gives
-a fill rate and the time left to the floor; the reading gives the level shown, a tracker damps
-it for alerts. A low volume asks the eviction thread for a pressure sweep, a critical one
-releases its ballast and has jobs put at risk. Then the log is tailed and ``status.json``
-written (and ``metrics_textfile``, when configured).
+Every ``sample_interval_s`` each managed volume is read and recorded in the ledger; every
+``sample_interval_low_s`` while a volume is below free_low, or close enough to it that the
+fastest fill seen in the forecast window could take it there within two calm intervals (an
+outside writer's burst crosses free_low and the floor between two calm samples). The series of
+the forecast window gives a fill rate and the time left to the floor; the reading gives the
+level shown, a tracker damps it for alerts. A low volume asks the eviction thread for a pressure
+sweep, a critical one releases its ballast and has jobs put at risk. Then the log is tailed and
+``status.json`` written (and ``metrics_textfile``, when configured).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import logging
 import time
 
 from janitor.admission.reserve import live_reservations
-from janitor.admission.risk import LevelTracker, finite, forecast
+from janitor.admission.risk import LevelTracker, fastest_fill, finite, forecast
 from janitor.admission.volume import Volume, assess
 from janitor.config.settings import Settings
 from janitor.core import Janitor
@@ -29,6 +31,7 @@ from janitor.daemon.textfile import Textfile
 from janitor.daemon.volumes import volume_trees
 from janitor.host.space import volume_stats
 from janitor.ledger.tx import Tx
+from janitor.sizes import format_size
 
 __all__ = ["Sampler"]
 
@@ -104,8 +107,11 @@ class Sampler:
         with ledger.read() as tx:
             live = live_reservations(tx, now=now)
         changes: list[_Change] = []
+        watch: str | None = None  # why some volume is sampled often, if one is
         for device, vs in readings.items():
             fc = forecast(series.get(device, []), vs.floor)
+            if watch is None:
+                watch = self._watch_closely(vs, fastest_fill(series.get(device, [])))
             vs.fill_rate = round(fc.fill_rate, 3)
             vs.eta_floor = finite(fc.eta_floor)
             vs.eta_full = finite(fc.eta_full)
@@ -123,13 +129,13 @@ class Sampler:
             # return. Stopping jobs never waits for a level to catch up.
             vs.level, vs.reason = reading.level, reading.reason
             vs.alert_level = tracker.level
-            if reading.level != "ok" and vs.free < vs.free_low and self._due(device):
+            if reading.level != "ok" and vs.free < vs.free_low and self._due(device, vs):
                 self.pending.volume(device)
             self.ballast.manage(device, vs, reading.level, tracker.level)
             if reading.level == "critical" or any(r.at_risk for r in mine):
                 self.risk.decide(device, vs)
         self._publish_levels(readings, changes, now)
-        self._pace_sampling(any(vs.free < vs.free_low for vs in readings.values()))
+        self._pace_sampling(watch)
         with self.state.lock:
             self.state.volumes = readings
         self.counters.tail_log()
@@ -137,27 +143,55 @@ class Sampler:
         if self.textfile is not None:
             self.textfile.write()
 
-    def _due(self, device: int) -> bool:
-        """True at most every ``sample_interval_s`` per volume: a pressure sweep walks the caches
-        under their locks, which a refused reservation's make-room needs too, so sampling a low
-        volume more often must not sweep it more often."""
+    def _due(self, device: int, vs: VolumeState) -> bool:
+        """Whether volume ``device``, below free_low, gets a pressure pass now.
+
+        At most every ``sample_interval_s``: a pressure pass walks the caches under their
+        locks, which a refused reservation's make-room needs too, so sampling a low volume more
+        often must not sweep it more often. One exception: below the floor, after a pass that
+        freed something, the next comes at the next sample. A pass that found something to take
+        may find more (an outside writer took the room it made, a conversion just ended), and
+        every second below the floor is a second in which an admitted write can meet ENOSPC; a
+        pass that found nothing waits its turn, so a volume full of what is in use is not
+        walked four times a second.
+        """
         now = time.monotonic()
-        if now - self._pressed_at.get(device, -1e9) < self.settings.sample_interval_s * 0.9:
+        again = vs.free < vs.floor and self.pending.last_freed(device)
+        if not again and now - self._pressed_at.get(device, -1e9) < (
+            self.settings.sample_interval_s * 0.9
+        ):
             return False
         self._pressed_at[device] = now
         return True
 
-    def _pace_sampling(self, low: bool) -> None:
-        """Sample every ``sample_interval_low_s`` while some volume is below free_low, else every
-        ``sample_interval_s``: jobs must hear they are at risk before an outside writer fills
-        the rest (the soak: 12 MiB/s against a 25.6 MiB floor)."""
+    def _watch_closely(self, vs: VolumeState, fastest: float) -> str | None:
+        """Why volume ``vs`` is sampled every ``sample_interval_low_s``, or None when it can
+        wait ``sample_interval_s``: it is below free_low, or the fastest fill seen in the
+        forecast window (``fastest``, bytes per second) could take it there within two calm
+        intervals, before the next calm sample could see it coming."""
+        if vs.free < vs.free_low:
+            return "a volume is low"
+        reach = 2 * self.settings.sample_interval_s * fastest
+        if vs.free - vs.free_low < reach:
+            return (
+                f"a volume {format_size(vs.free - vs.free_low)} above free_low has filled at "
+                f"{format_size(int(fastest))}/s"
+            )
+        return None
+
+    def _pace_sampling(self, watch: str | None) -> None:
+        """Sample every ``sample_interval_low_s`` while some volume is watched closely (``watch``
+        says why), else every ``sample_interval_s``: jobs must hear they are at risk, and the
+        cache give up what nothing uses, before an outside writer fills the rest (the soak:
+        24 MiB/s against a 16 MiB floor)."""
         s = self.settings
-        want = min(s.sample_interval_low_s, s.sample_interval_s) if low else s.sample_interval_s
+        low = min(s.sample_interval_low_s, s.sample_interval_s)
+        want = low if watch is not None else s.sample_interval_s
         if want == self._sample_every:
             return
         self._sample_every = want
         self.scheduler.reschedule("sample", want)
-        log.info("sampling every %gs (%s)", want, "a volume is low" if low else "all volumes ok")
+        log.info("sampling every %gs (%s)", want, watch or "all volumes ok")
 
     def _publish_levels(
         self, readings: dict[int, VolumeState], changes: list[_Change], now: float

@@ -72,6 +72,7 @@ class Pending:
         self._cond = threading.Condition()
         self._trees: set[str] = set()
         self._volumes: set[int] = set()
+        self._freed: dict[int, bool] = {}  # each volume's last pressure pass freed something
 
     def tree(self, name: str) -> None:
         """Tree ``name`` changed (its events settled): sweep it."""
@@ -84,6 +85,18 @@ class Pending:
         with self._cond:
             self._volumes.add(device)
             self._cond.notify()
+
+    def relieved(self, device: int, *, freed: bool) -> None:
+        """The eviction thread's pressure pass on volume ``device`` ended, having freed
+        something or not."""
+        with self._cond:
+            self._freed[device] = freed
+
+    def last_freed(self, device: int) -> bool:
+        """Whether the last pressure pass on volume ``device`` freed something (so the next
+        may find more)."""
+        with self._cond:
+            return self._freed.get(device, False)
 
     def wait(self, stop: threading.Event) -> None:
         """Sleep until something is pending or ``stop`` is set (and ``wake_all`` called)."""
@@ -241,14 +254,19 @@ class Sweeper:
         # numpy and the planner load with the first sweep, not before the socket is up.
         from janitor.cleanup.sweep import make_room
 
-        report = make_room(
-            policy,
-            self.janitor.ledger,
-            self.settings.state_dir,
-            device,
-            need,
-            reason="pressure",
-        )
+        report: Report | None = None
+        try:
+            report = make_room(
+                policy,
+                self.janitor.ledger,
+                self.settings.state_dir,
+                device,
+                need,
+                reason="pressure",
+            )
+        finally:
+            # A pass that failed freed nothing: the next waits its turn (see Sampler._due).
+            self.pending.relieved(device, freed=report is not None and report.deleted_units > 0)
         if report is not None and report.deleted_units:
             log.warning(
                 "volume %s below free_low: evicted %s",

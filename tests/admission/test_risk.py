@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from janitor.admission.risk import LevelTracker, finite, forecast
+from janitor.admission.risk import LevelTracker, fastest_fill, finite, forecast
 from janitor.admission.volume import Forecast, Reading, assess
 from tests._fixtures.space import MiB
 
@@ -20,6 +20,24 @@ def steady(
 ):
     """``n`` samples ``step`` seconds apart of a volume losing ``rate`` bytes per second."""
     return [(t0 + i * step, int(start - rate * i * step)) for i in range(n)]
+
+
+# -- fastest_fill ---------------------------------------------------------------------------------
+
+
+def test_fastest_fill_is_the_steepest_fall_between_two_samples_which_a_fit_smooths_away() -> None:
+    # Ten minutes of a calm volume, with one burst of 40 MiB between two samples 2 s apart.
+    samples = steady(0.0, n=300)
+    samples[151:] = [(tt, ff - 40 * MiB) for tt, ff in samples[151:]]
+    assert fastest_fill(samples) == pytest.approx(20 * MiB)
+    assert forecast(samples, 0).fill_rate < 1 * MiB  # the fit hardly sees it
+
+
+def test_fastest_fill_is_zero_for_a_volume_that_never_fell() -> None:
+    assert fastest_fill([]) == 0.0
+    assert fastest_fill([(0.0, 5 * MiB)]) == 0.0
+    assert fastest_fill([(0.0, 5 * MiB), (2.0, 9 * MiB), (4.0, 9 * MiB)]) == 0.0  # it only rose
+    assert fastest_fill([(0.0, 9 * MiB), (0.0, 1 * MiB)]) == 0.0  # two samples at one instant
 
 
 # -- forecast -------------------------------------------------------------------------------------

@@ -333,23 +333,16 @@ def test_a_volume_below_free_low_is_relieved_by_pressure_eviction(tmp_path: Path
 
 
 def test_a_low_volume_is_sampled_often_then_calmly_again(tmp_path: Path) -> None:
-    def samples_in(setup: DaemonSetup, seconds: float) -> int:
-        con = sqlite3.connect(f"file:{setup.ledger}?mode=ro", uri=True)
-        try:
-            since = time.time() - seconds
-            row = con.execute("SELECT count(*) FROM samples WHERE ts >= ?", (since,)).fetchone()
-            return int(row[0])
-        finally:
-            con.close()
-
     with (
         daemon_setup(
             tmp_path,
             volume={"floor": "4MiB", "free_low": "12MiB"},
-            settings={"JANITOR_SAMPLE_INTERVAL_S": "3", "JANITOR_SAMPLE_INTERVAL_LOW_S": "0.2"},
+            # The filler's fall leaves the forecast window 6 s after it: then calm again.
+            settings={"JANITOR_SAMPLE_INTERVAL_S": "3", "JANITOR_SAMPLE_INTERVAL_LOW_S": "0.2",
+                      "JANITOR_FORECAST_WINDOW_S": "6"},
         ) as setup,
         running_daemon(setup),
-    ):
+    ):  # fmt: skip
         time.sleep(3.5)
         assert samples_in(setup, 3.0) <= 2  # calm: one every 3 s
         filler = fill_file(setup.mount / "filler", free_of(setup.mount) - 10 * MiB)
@@ -360,6 +353,91 @@ def test_a_low_volume_is_sampled_often_then_calmly_again(tmp_path: Path) -> None
         filler.unlink()
         eventually(lambda: "sampling every 3s" in setup.log_file.read_text(), timeout=15,
                    what="calm sampling again")  # fmt: skip
+
+
+def samples_in(setup: DaemonSetup, seconds: float) -> int:
+    """Samples the daemon recorded in the last ``seconds``."""
+    con = sqlite3.connect(f"file:{setup.ledger}?mode=ro", uri=True)
+    try:
+        since = time.time() - seconds
+        row = con.execute("SELECT count(*) FROM samples WHERE ts >= ?", (since,)).fetchone()
+        return int(row[0])
+    finally:
+        con.close()
+
+
+def test_a_volume_that_filled_fast_is_sampled_often_before_it_reaches_free_low(
+    tmp_path: Path,
+) -> None:
+    """A burst that took free space most of the way to free_low between two calm samples could
+    take the rest before the next one: the volume is watched at the low interval while still
+    above free_low, and calmly again once the burst leaves the forecast window."""
+    with (
+        daemon_setup(
+            tmp_path,
+            volume={"floor": "4MiB", "free_low": "12MiB"},
+            settings={"JANITOR_SAMPLE_INTERVAL_S": "3", "JANITOR_SAMPLE_INTERVAL_LOW_S": "0.2",
+                      "JANITOR_FORECAST_WINDOW_S": "8"},
+        ) as setup,
+        running_daemon(setup),
+    ):  # fmt: skip
+        time.sleep(3.5)
+        assert samples_in(setup, 3.0) <= 2  # calm: one every 3 s
+        burst = fill_file(setup.mount / "burst", free_of(setup.mount) - 15 * MiB)
+        eventually(lambda: "sampling every 0.2s (a volume" in setup.log_file.read_text(),
+                   timeout=10, what="fast sampling")  # fmt: skip
+        line = next(x for x in setup.log_file.read_text().splitlines() if "every 0.2s" in x)
+        assert "above free_low has filled at" in line, line
+        assert free_of(setup.mount) > 12 * MiB  # never below free_low: watched for the burst
+        time.sleep(1.0)
+        assert samples_in(setup, 1.0) >= 3  # about five in a second
+        burst.unlink()
+        eventually(lambda: "sampling every 3s" in setup.log_file.read_text(), timeout=20,
+                   what="calm sampling again")  # fmt: skip
+
+
+def test_below_the_floor_a_pressure_pass_that_freed_something_is_followed_at_the_next_sample(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pressure passes on a low volume keep the calm interval (30 s here), except below the
+    floor after a pass that freed something: the next comes at the next sample, so an entry that
+    stopped being in use goes while an outside writer holds the volume under its floor."""
+    with daemon_setup(
+        tmp_path,
+        volume={"floor": "8MiB", "free_low": "12MiB", "free_target": "14MiB"},
+        tree={"quota": "24MiB"},  # no quota eviction: only pressure can explain one
+        settings={"JANITOR_SAMPLE_INTERVAL_S": "30", "JANITOR_SAMPLE_INTERVAL_LOW_S": "0.25"},
+    ) as setup:
+        loose = make_entries(setup.tree, 2)
+        held = fill_file(setup.tree / "held.wav", 4 * MiB)
+        setup.apply_env(monkeypatch)
+        jan = Janitor.from_settings()
+        try:
+            pin = jan.pin(held)
+            # Below the floor from the start (the first sample comes at once, the next calm one
+            # 30 s later): the first pass takes the two loose entries, which lifts the volume
+            # above its floor, and not the pinned one.
+            fill_file(setup.mount / "outside-1", free_of(setup.mount) - 7 * MiB)
+            with running_daemon(setup) as d:
+                eventually(lambda: not any(p.exists() for p in loose), what="loose entries gone")
+
+                def periodic_sweep_done() -> bool:
+                    # The periodic full sweep (pressure too) runs 1 s after the start, then in
+                    # 300 s; nothing in the tree changes after the first pass to sweep it again.
+                    st = d.status_json() or {}
+                    return any(t["last_sweep"] >= st["started"] + 1.0 for t in st["trees"])
+
+                eventually(periodic_sweep_done, what="the first periodic sweep")
+                assert held.exists()
+                assert 8 * MiB <= free_of(setup.mount) < 12 * MiB
+                pin.unpin()
+                # Below the floor again, the held entry now in no one's use: the next pass comes
+                # at once (the calm pace would wait 27 s more).
+                fill_file(setup.mount / "outside-2", free_of(setup.mount) - 4 * MiB)
+                eventually(lambda: not held.exists(), timeout=10, what="held entry evicted")
+            assert (setup.mount / "outside-1").exists() and (setup.mount / "outside-2").exists()
+        finally:
+            jan.ledger.close()
 
 
 def test_reservations_of_dead_owners_are_reaped(tmp_path: Path) -> None:
