@@ -25,6 +25,7 @@ from janitor.daemon.ballast import BallastKeeper
 from janitor.daemon.counters import LogCounters, StatusFile
 from janitor.daemon.events import EventBus
 from janitor.daemon.metrics import DaemonState, VolumeState
+from janitor.daemon.pace import SamplePace
 from janitor.daemon.schedule import Scheduler
 from janitor.daemon.sweeper import Pending
 from janitor.daemon.textfile import Textfile
@@ -77,7 +78,9 @@ class Sampler:
         self.textfile = textfile
         self._trackers: dict[int, LevelTracker] = {}
         self._pressed_at: dict[int, float] = {}  # monotonic time of the last pressure sweep
-        self._sample_every = settings.sample_interval_s
+        self._pace = SamplePace(
+            settings.sample_interval_s, settings.sample_interval_low_s, settings.settle_s
+        )
         self._free: dict[int, int] = {}  # each volume's free space at the last sample
 
     def sample(self) -> None:
@@ -181,17 +184,13 @@ class Sampler:
 
     def _pace_sampling(self, watch: str | None) -> None:
         """Sample every ``sample_interval_low_s`` while some volume is watched closely (``watch``
-        says why), else every ``sample_interval_s``: jobs must hear they are at risk, and the
-        cache give up what nothing uses, before an outside writer fills the rest (the soak:
-        24 MiB/s against a 16 MiB floor)."""
-        s = self.settings
-        low = min(s.sample_interval_low_s, s.sample_interval_s)
-        want = low if watch is not None else s.sample_interval_s
-        if want == self._sample_every:
-            return
-        self._sample_every = want
-        self.scheduler.reschedule("sample", want)
-        log.info("sampling every %gs (%s)", want, watch or "all volumes ok")
+        says why), and until ``settle_s`` after, else every ``sample_interval_s``: jobs must
+        hear they are at risk, and the cache give up what nothing uses, before an outside writer
+        fills the rest (the soak: 24 MiB/s against a 16 MiB floor)."""
+        every = self._pace.update(watch, time.monotonic())
+        if every is not None:
+            self.scheduler.reschedule("sample", every)
+            log.info("sampling every %gs (%s)", every, watch or "all volumes ok")
 
     def _publish_levels(
         self, readings: dict[int, VolumeState], changes: list[_Change], now: float
