@@ -149,8 +149,10 @@ class Daemon:
             counters,
             *((ballast, watching, sweeper) if keeps else ()),
             scheduler,
-            self._server,
+            # The listener before the socket: a socket that answers is the daemon ready, every
+            # port it was told to open already listening (a scraper, a test, `janitor run`).
             exporters,
+            self._server,
         ):
             self._started.append(service)
             service.start()
