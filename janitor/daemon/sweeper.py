@@ -66,7 +66,9 @@ def deleted_summary(report: Report) -> str:
 
 
 class Pending:
-    """Trees that changed and volumes under pressure, waiting for the eviction thread."""
+    """Trees that changed and volumes under pressure, waiting for the eviction thread; and
+    whether its last pressure pass on each volume freed something (the sampler's pace of
+    passes reads it)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
