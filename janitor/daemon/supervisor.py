@@ -149,9 +149,7 @@ class Daemon:
             counters,
             *((ballast, watching, sweeper) if keeps else ()),
             scheduler,
-            # The listener before the socket: a socket that answers is the daemon ready, every
-            # port it was told to open already listening (a scraper, a test, `janitor run`).
-            exporters,
+            exporters,  # before the socket: one that answers means every port listens
             self._server,
         ):
             self._started.append(service)
