@@ -277,7 +277,7 @@ def live_reservations(
                 continue  # every process of its job is gone
         elif check_owners and not owners_alive(info):
             continue
-        out.append(replace(info, outstanding=outstanding(info.bytes, info.path)))
+        out.append(info.measured())
     return out
 
 

@@ -90,6 +90,34 @@ class ReservationInfo:
             row[16],
         )
 
+    def measured(self) -> ReservationInfo:
+        """This reservation with its outstanding bytes measured now.
+
+        Built field by field, as :meth:`from_row` builds one: it is called for every live
+        reservation a status or an admission reads (5,000 of them took ``janitor status`` 40 ms
+        through ``dataclasses.replace``, which looks the fields up and passes them by name).
+        """
+        return ReservationInfo(
+            self.id,
+            self.tree,
+            self.device,
+            self.volume,
+            self.bytes,
+            self.path,
+            self.job,
+            self.owner_pid,
+            self.owner_start,
+            self.created,
+            self.expires,
+            self.state,
+            self.ended,
+            self.at_risk,
+            outstanding(self.bytes, self.path),
+            self.command_pid,
+            self.command_start,
+            self.job_id,
+        )
+
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of a reservation (README: "JSON shapes")."""
         data = asdict(self)

@@ -437,3 +437,31 @@ def test_many_processes_opening_a_new_ledger_at_once_all_get_in(tmp_path: Path) 
             p.join(30)
         assert results == ["ok"] * len(procs), results
         assert len(Ledger(path).entries(events=("upgrade",))) == len(procs)
+
+
+def test_a_measured_reservation_keeps_every_field_but_its_outstanding_bytes(tmp_path: Path) -> None:
+    """``ReservationInfo.measured`` is built field by field (it is on the path of every live
+    reservation read): it must equal ``dataclasses.replace`` with the bytes measured, field for
+    field, so a field added to the class and not to it fails here."""
+    import dataclasses
+
+    from janitor.ledger.reservations import ReservationInfo
+
+    written = tmp_path / "out.pcm"
+    written.write_bytes(os.urandom(64 * 1024))  # real blocks: 64 KiB of the 1 MiB written
+    values: dict[str, Any] = {}
+    for k, f in enumerate(dataclasses.fields(ReservationInfo)):
+        # A distinct value of the field's kind for each, so a swap of two fields shows.
+        kind = str(f.type)
+        values[f.name] = (
+            str(written) if f.name == "path"
+            else 1 << 20 if f.name == "bytes"
+            else float(k) + 0.5 if "float" in kind
+            else k if "int" in kind
+            else f"v{k}"
+        )  # fmt: skip
+    info = ReservationInfo(**values)
+    measured = info.measured()
+    left = (1 << 20) - os.stat(written).st_blocks * 512
+    assert measured == dataclasses.replace(info, outstanding=left)
+    assert 0 < measured.outstanding < 1 << 20
