@@ -16,7 +16,8 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -332,19 +333,27 @@ def test_a_volume_below_free_low_is_relieved_by_pressure_eviction(tmp_path: Path
             assert free_of(setup.mount) >= free_low
 
 
-def test_a_low_volume_is_sampled_often_then_calmly_again(tmp_path: Path) -> None:
+@contextmanager
+def calm_daemon(tmp_path: Path, *, window_s: float) -> Iterator[DaemonSetup]:
+    """A daemon sampling every 3 s (0.2 s when it watches closely) on a volume with a 12 MiB
+    free_low, a ``window_s`` forecast window; yields once it has been seen sampling calmly."""
     with (
         daemon_setup(
             tmp_path,
             volume={"floor": "4MiB", "free_low": "12MiB"},
-            # The filler's fall leaves the forecast window 6 s after it: then calm again.
             settings={"JANITOR_SAMPLE_INTERVAL_S": "3", "JANITOR_SAMPLE_INTERVAL_LOW_S": "0.2",
-                      "JANITOR_FORECAST_WINDOW_S": "6"},
+                      "JANITOR_FORECAST_WINDOW_S": str(window_s)},
         ) as setup,
         running_daemon(setup),
     ):  # fmt: skip
-        time.sleep(3.5)
+        time.sleep(3.5)  # a calm interval and more: what is counted is the pace itself
         assert samples_in(setup, 3.0) <= 2  # calm: one every 3 s
+        yield setup
+
+
+def test_a_low_volume_is_sampled_often_then_calmly_again(tmp_path: Path) -> None:
+    # The filler's fall leaves the 6 s forecast window after it: then calm again.
+    with calm_daemon(tmp_path, window_s=6) as setup:
         filler = fill_file(setup.mount / "filler", free_of(setup.mount) - 10 * MiB)
         eventually(lambda: "sampling every 0.2s" in setup.log_file.read_text(), timeout=10,
                    what="fast sampling")  # fmt: skip
@@ -372,17 +381,7 @@ def test_a_volume_that_filled_fast_is_sampled_often_before_it_reaches_free_low(
     """A burst that took free space most of the way to free_low between two calm samples could
     take the rest before the next one: the volume is watched at the low interval while still
     above free_low, and calmly again once the burst leaves the forecast window."""
-    with (
-        daemon_setup(
-            tmp_path,
-            volume={"floor": "4MiB", "free_low": "12MiB"},
-            settings={"JANITOR_SAMPLE_INTERVAL_S": "3", "JANITOR_SAMPLE_INTERVAL_LOW_S": "0.2",
-                      "JANITOR_FORECAST_WINDOW_S": "8"},
-        ) as setup,
-        running_daemon(setup),
-    ):  # fmt: skip
-        time.sleep(3.5)
-        assert samples_in(setup, 3.0) <= 2  # calm: one every 3 s
+    with calm_daemon(tmp_path, window_s=8) as setup:
         burst = fill_file(setup.mount / "burst", free_of(setup.mount) - 15 * MiB)
         eventually(lambda: "sampling every 0.2s (a volume" in setup.log_file.read_text(),
                    timeout=10, what="fast sampling")  # fmt: skip
