@@ -290,7 +290,7 @@ def test_a_waiter_that_cannot_be_served_does_not_hold_back_one_that_can(
         eventually(lambda: len(cuts_of(reports["a"])) == 2, timeout=60, what="job A's cuts")
         b = s.start("--groups", "2", "--group-s", "20", "--report", reports["b"], b_src,
                     JANITOR_GUARD_WAIT_S="6")  # fmt: skip
-        eventually(lambda: _waiters(s) == 1, timeout=60, what="B to wait")
+        _until_waiting(s, b, "B")
         c = s.start("--groups", "1", "--group-s", "5", "--report", reports["c"], m4a(30),
                     JANITOR_GUARD_WAIT_S="3")  # fmt: skip
         c_code, _, c_err = finish(c)
@@ -302,6 +302,30 @@ def test_a_waiter_that_cannot_be_served_does_not_hold_back_one_that_can(
     assert b_code == 1, b_err
     assert "waiting for" in b_err and "after waiting" in b_err, b_err
     assert cuts_of(reports["b"]) == []
+
+
+def _until_waiting(s: Site, proc: subprocess.Popen[str], name: str) -> None:
+    """Until ``proc`` (job ``name``) waits in the volume's queue; if it ends first, or does not
+    wait within 60 s, the failure says what it and the guard said (a run on a loaded machine
+    once timed out here with nothing to go on)."""
+
+    def said() -> str:
+        log = s.setup.log_dir / "guard.log"
+        tail = log.read_text().splitlines()[-15:] if log.exists() else []
+        return "guard.log, last lines:\n" + "\n".join(tail)
+
+    def waiting() -> bool:
+        if proc.poll() is not None:
+            err = proc.stderr.read() if proc.stderr else ""
+            pytest.fail(f"{name} ended ({proc.returncode}) before it waited: {err}\n{said()}")
+        return _waiters(s) == 1
+
+    try:
+        eventually(waiting, timeout=60, what=f"{name} to wait")
+    except pytest.fail.Exception as e:
+        if "before it waited" in str(e):
+            raise
+        pytest.fail(f"{e}\n{said()}")
 
 
 def _waiters(s: Site) -> int:
