@@ -1,5 +1,6 @@
-"""``scripts/link-janitor.sh``: the README's first line runs it where the Python refuses outside
-installs, so that a new shell finds ``janitor``. It links into the first of ``~/.local/bin``,
+"""``scripts/link-janitor.sh``: the README's first line runs it after either install, so that a new
+shell finds ``janitor``: the active environment's, else the one ``python3`` installed, else the
+one on PATH. It links into the first of ``~/.local/bin``,
 ``~/bin``, ``/usr/local/bin`` and ``/usr/bin`` on PATH that it may write, else into
 ``~/.local/bin`` and puts that on PATH in the shells' startup files; it replaces only a link to
 an environment's janitor or to nothing, never a file nor another program's link, and says
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,13 +135,84 @@ def test_a_link_to_another_environments_janitor_is_replaced(tmp_path: Path, tool
     assert os.readlink(local / "janitor") == str(tmp_path / "venv" / "bin" / "janitor")
 
 
-def test_without_an_active_environment_nothing_is_linked(tmp_path: Path, tools: Path) -> None:
+def test_with_no_janitor_installed_nothing_is_linked(tmp_path: Path, tools: Path) -> None:
+    """No environment active, no ``python3`` that installed one, none on PATH: exit 2."""
     local = tmp_path / "home" / ".local" / "bin"
     local.mkdir(parents=True)
     done = _run(tmp_path, str(local), None)
     assert done.returncode == 2
-    assert "no janitor in an active environment" in done.stderr
+    assert done.stderr.count("\n") == 1 and "no janitor installed" in done.stderr
     assert list(local.iterdir()) == []
+
+
+def _python(tmp_path: Path, tools: Path, *, with_janitor: bool) -> Path:
+    """A real Python with no environment active (a venv's interpreter, not activated): the one
+    ``pip install .`` used on the README's first branch. Its ``bin/janitor`` says who it is."""
+    prefix = tmp_path / "python"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True)
+    if with_janitor:
+        janitor = prefix / "bin" / "janitor"
+        janitor.write_text(f"#!{tools / 'sh'}\necho janitor of that python\n")
+        janitor.chmod(0o755)
+    return prefix
+
+
+def test_without_an_environment_python3s_own_janitor_is_linked(tmp_path: Path, tools: Path) -> None:
+    """``pip install .`` succeeded into a Python that is not a venv (pyenv's, a venv's
+    interpreter run by its path): its scripts folder is not on a new shell's PATH, so the
+    janitor there is linked like an environment's."""
+    local = tmp_path / "home" / ".local" / "bin"
+    local.mkdir(parents=True)
+    prefix = _python(tmp_path, tools, with_janitor=True)
+    done = _run(tmp_path, f"{local}:{prefix / 'bin'}", None)
+    assert done.returncode == 0, done.stderr
+    assert os.readlink(local / "janitor") == str(prefix / "bin" / "janitor")
+    assert _new_shell(tmp_path, f"{local}:{tools}") == "janitor of that python\n"
+
+
+def test_a_janitor_pip_put_in_local_bin_is_not_linked_and_its_folder_goes_on_path(
+    tmp_path: Path, tools: Path
+) -> None:
+    """``pip install --user``'s janitor is in ~/.local/bin already (python3's user scheme): no
+    link to itself; that folder is not on PATH, so the startup files put it there."""
+    local = tmp_path / "home" / ".local" / "bin"
+    local.mkdir(parents=True)
+    (local / "janitor").write_text(f"#!{tools / 'sh'}\necho janitor of the user scheme\n")
+    (local / "janitor").chmod(0o755)
+    prefix = _python(tmp_path, tools, with_janitor=False)
+    done = _run(tmp_path, str(prefix / "bin"), None)
+    assert done.returncode == 0, done.stderr
+    assert not (local / "janitor").is_symlink()
+    assert done.stdout.count("\n") == 1 and "nothing to link" in done.stdout
+    assert "added it for new shells in ~/.profile" in done.stdout
+    assert _new_shell(tmp_path, str(tools), login=True) == "janitor of the user scheme\n"
+
+
+def test_a_janitor_on_path_in_local_bin_is_left_as_it_is(tmp_path: Path, tools: Path) -> None:
+    local = tmp_path / "home" / ".local" / "bin"
+    local.mkdir(parents=True)
+    (local / "janitor").write_text("#!/bin/sh\n")
+    (local / "janitor").chmod(0o755)
+    done = _run(tmp_path, str(local), None)
+    assert done.returncode == 0, done.stderr
+    said = f"link-janitor: new shells run {local / 'janitor'} (pip put it there; nothing to link)"
+    assert done.stdout == said + "\n"
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == [".local"]
+
+
+def test_a_link_to_a_python_installations_janitor_is_replaced(tmp_path: Path, tools: Path) -> None:
+    """An earlier install into a Python (a bin folder with python3, no pyvenv.cfg) is ours."""
+    local = tmp_path / "home" / ".local" / "bin"
+    local.mkdir(parents=True)
+    older = tmp_path / "pyenv" / "versions" / "3.11.7" / "bin"
+    older.mkdir(parents=True)
+    for name in ("python3", "janitor"):
+        (older / name).write_text("#!/bin/sh\n")
+        (older / name).chmod(0o755)
+    (local / "janitor").symlink_to(older / "janitor")
+    done = _run(tmp_path, str(local), _venv(tmp_path, tools))
+    assert done.returncode == 0, done.stderr
+    assert os.readlink(local / "janitor") == str(tmp_path / "venv" / "bin" / "janitor")
 
 
 def test_with_no_folder_on_path_it_links_into_local_bin_and_puts_that_on_path(
