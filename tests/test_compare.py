@@ -42,4 +42,31 @@ def test_each_table_row_is_named_by_what_it_measures_and_judged_on_its_own() -> 
     same = [line for line in lines if "rows[a tree over quota].cpu_ratio" in line]
     assert len(over) == 1 and "+20.0 %" in over[0] and "NO" in over[0], lines
     assert len(same) == 1 and "yes" in same[0], lines
-    assert misses == 1
+    assert misses.worse == 1 and misses.apart == 1
+
+
+def test_a_rate_is_better_higher_and_a_time_or_a_wakeup_rate_lower() -> None:
+    compare = _compare()
+    assert compare.better("results.rpc.floor.per_s") == "higher"
+    assert compare.better("results.rpc.http.pairs_per_s") == "higher"
+    assert compare.better("results.idle.idle_wakeups_per_s") == "lower"
+    assert compare.better("results.idle.socket_up_s") == "lower"
+    assert compare.better("results.idle.threads") is None
+
+
+def test_a_median_worse_by_noise_is_told_from_one_worse_in_every_run() -> None:
+    """Three runs each: a number whose runs overlap the baseline's is worse by its median only;
+    one whose every run is worse than every baseline run is apart."""
+    compare = _compare()
+
+    def runs(*values: float) -> list[dict[str, float]]:
+        return [{"cli.status.median": v} for v in values]
+
+    noisy = {"baseline": runs(1.0, 1.3, 1.0), "new": runs(1.2, 1.15, 0.95)}
+    _, verdict = compare.render("noisy", noisy, 10.0, False)
+    assert (verdict.worse, verdict.apart) == (1, 0)
+    slower = {"baseline": runs(1.0, 1.05, 0.98), "new": runs(1.2, 1.15, 1.25)}
+    _, verdict = compare.render("slower", slower, 10.0, False)
+    assert (verdict.worse, verdict.apart) == (1, 1)
+    faster = {"baseline": runs(1.0, 1.05, 0.98), "new": runs(0.8, 0.85, 0.9)}
+    assert compare.render("faster", faster, 10.0, False)[1] == compare.Verdict(worse=0, apart=0)
