@@ -37,6 +37,7 @@ from tests._daemon_helpers import (
     eventually,
     free_port,
     running_daemon,
+    uds_client,
 )
 from tests._fixtures.console import one_line_error
 from tests._fixtures.space import MiB, fill_file
@@ -128,9 +129,7 @@ def orphan(setup: DaemonSetup, name: str) -> tuple[Path, subprocess.Popen[bytes]
         "writer_pid": writer.pid,
         "ffmpeg": shutil.which("ffmpeg") or "/usr/bin/ffmpeg",  # a WAV's header is read, not probed
     }  # fmt: skip
-    with httpx.Client(
-        transport=httpx.HTTPTransport(uds=str(setup.socket)), base_url="http://janitor"
-    ) as c:
+    with uds_client(setup.socket) as c:
         r = c.post("/v1/guard/call", json=body)
     assert r.status_code == 200 and r.json()["action"] == "run", r.text
     (held,) = r.json()["session"]["reservations"]
