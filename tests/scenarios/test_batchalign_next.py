@@ -230,7 +230,9 @@ def test_a_folder_a_process_works_in_is_live(
     worker.kill()
     worker.wait()
     data = sweep(run_cli)
-    assert set(items(data, "job_tmp")) == {folder.name}
+    # Failed once in a full parallel run (the folder not among the items); what the sweep kept
+    # and why is the first thing to know next time.
+    assert set(items(data, "job_tmp")) == {folder.name}, tree_row(data, "job_tmp")
     assert not folder.exists()
 
 
