@@ -26,6 +26,7 @@ import pytest
 from janitor import Janitor, SpaceRisk
 from janitor.admission.risk import Claim, choose_at_risk, stop_deficit
 from tests._daemon_helpers import daemon_setup, eventually, running_daemon
+from tests._fixtures import forkserver
 from tests._fixtures.console import JANITOR_BIN
 from tests._fixtures.holder import Holder
 from tests._fixtures.space import MiB, fill_file, free_of
@@ -277,7 +278,7 @@ def test_exec_stops_the_job_that_covers_the_deficit_and_lets_the_other_finish(
 
     def start(name: str, size: int) -> subprocess.Popen[str]:
         out = vol.tree / name
-        return subprocess.Popen(
+        return forkserver.JanitorPopen(
             [str(JANITOR_BIN), "exec", "t", str(size), "--path", str(out), "--poll", "50ms",
              "--cleanup-on-fail", "--", sys.executable, str(script), str(out), str(size),
              str(slow)],

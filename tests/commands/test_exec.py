@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests._fixtures import forkserver
 from tests._fixtures.console import JANITOR_BIN, one_line_error
 from tests._fixtures.space import MiB
 from tests._fixtures.volumes import Volume
@@ -316,7 +317,7 @@ def test_a_long_command_keeps_its_reservation_renewed(vol: Volume, run_cli: Cli)
 
 
 def _start_exec(vol: Volume, *command: str | os.PathLike[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    return forkserver.JanitorPopen(
         [str(JANITOR_BIN), "exec", "t", "1M", "--path", str(vol.tree / "o"), "--",
          *(os.fspath(c) for c in command)],
         stdout=subprocess.PIPE,

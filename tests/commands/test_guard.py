@@ -25,6 +25,7 @@ import psutil
 import pytest
 
 from tests._daemon_helpers import daemon_setup, eventually, running_daemon
+from tests._fixtures import forkserver
 from tests._fixtures.console import JANITOR_BIN, janitor_in_process, janitor_json
 from tests._fixtures.guard import install_guard
 from tests._fixtures.pipeline import PCM_RATE, REAL_FFMPEG, SIM, Pipeline
@@ -237,7 +238,7 @@ def test_an_outside_writer_makes_the_guard_stop_ffmpeg_above_zero(
     p = pipeline("64m", floor="8MiB")
     src = m4a(150)  # whole-file PCM 9.6 MB, read at 8x: ~19 s of writing
     hog = p.mount / "hog.bin"
-    proc = subprocess.Popen(
+    proc = forkserver.JanitorPopen(
         [str(JANITOR_BIN), "run", "--", *p.sim("--groups", "0", "--whole", "--readrate", "8", src)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -301,7 +302,7 @@ def test_a_sigkilled_job_leaves_nothing_behind(
     (other / "fa_v2" / "keep.pcm").write_bytes(b"x" * 4096)
     report = tmp_path / "report.jsonl"
     src = m4a(20)
-    run = subprocess.Popen(
+    run = forkserver.JanitorPopen(
         [
             str(JANITOR_BIN),
             "run",
@@ -349,7 +350,7 @@ def test_a_cached_wav_a_job_keeps_cutting_from_is_never_evicted(
     held.touch()
     # 8 group cuts with 1 s of "compute" between them: longer than min_age, not open between cuts
     sim = p.sim("--groups", "8", "--group-s", "5", "--pause-s", "1.0", "--report", report)
-    run = subprocess.Popen(
+    run = forkserver.JanitorPopen(
         [str(JANITOR_BIN), "run", "--", *sim, "--hold-while", str(held), str(src)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -873,7 +874,7 @@ def test_run_exits_with_the_commands_code_and_passes_signals_on(
     pipeline("16m")
     assert run_cli("run", "--", "sh", "-c", "exit 3").returncode == 3
     ready = Path(os.environ["TMPDIR"]) / "ready"
-    run = subprocess.Popen(
+    run = forkserver.JanitorPopen(
         [str(JANITOR_BIN), "run", "--", "sh", "-c",
          f'trap "exit 42" TERM; touch "{ready}"; while :; do sleep 0.1; done'],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -22,6 +22,7 @@ import pytest
 
 from janitor.config.settings import Settings
 from tests._daemon_helpers import eventually
+from tests._fixtures import forkserver
 from tests._fixtures.console import JANITOR_BIN
 from tests._fixtures.guard import install_guard
 from tests._fixtures.pipeline import Pipeline
@@ -95,7 +96,7 @@ def test_a_run_whose_daemon_dies_goes_on_through_the_ledger(
     p = pipeline("64m")
     report = tmp_path / "report.jsonl"
     sim = p.sim("--groups", "4", "--group-s", "2", "--pause-s", "1.5", "--report", report, m4a(12))
-    run = subprocess.Popen(
+    run = forkserver.JanitorPopen(
         [str(JANITOR_BIN), "run", "--", *sim],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -148,7 +149,7 @@ def test_a_killed_run_takes_its_daemon_along(
     pipeline: Callable[..., Pipeline], tmp_path: Path
 ) -> None:
     pipeline("64m")
-    run = subprocess.Popen(
+    run = forkserver.JanitorPopen(
         [str(JANITOR_BIN), "run", "--daemon", "--", "sleep", "60"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -239,7 +240,7 @@ def _standing(
 ) -> subprocess.Popen[bytes]:
     """The user's standing daemon, on the default socket, with ``policy`` (else the run's)."""
     env = {**os.environ, "JANITOR_POLICY": str(policy or p.policy)}
-    proc = subprocess.Popen(
+    proc = forkserver.JanitorPopen(
         [str(JANITOR_BIN), "daemon", "--quiet"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from tests._fixtures import forkserver
 from tests._fixtures.console import JANITOR_BIN, one_line_error
 from tests._fixtures.media import MediaStore, tone
 from tests._fixtures.space import MiB, free_of
@@ -242,7 +243,9 @@ def test_filling_the_volume_mid_conversion_stops_ffmpeg(
         *FFMPEG, "-readrate", "20", "-i", str(mp3), *CONVERT, str(out),
     ]  # fmt: skip
     with FreeSampler(vol.mount) as sampler:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = forkserver.JanitorPopen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             # ffmpeg is converting at 20x real time (~640 kB/s of WAV; ~30 s for all of it)
             _wait_for_size(out, MiB, proc, timeout=30)

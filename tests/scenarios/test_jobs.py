@@ -27,6 +27,7 @@ import psutil
 import pytest
 
 from tests._daemon_helpers import DaemonSetup, daemon_setup, eventually, running_daemon
+from tests._fixtures import forkserver
 from tests._fixtures.console import JANITOR_BIN, janitor_json
 from tests._fixtures.guard import install_guard
 from tests._fixtures.pipeline import PCM_RATE, Pipeline, sim_command
@@ -421,7 +422,7 @@ def test_run_keeps_a_daemonized_childs_folder_and_its_guard(
     report = tmp_path / "report.jsonl"
     err_file = tmp_path / "run.err"
     with open(err_file, "w") as err:
-        run = subprocess.Popen(
+        run = forkserver.JanitorPopen(
             [str(JANITOR_BIN), "run", "--",
              *p.sim("--daemonize", "--groups", "8", "--group-s", "2", "--pause-s", "0.5",
                     "--report", report, m4a(20))],

@@ -17,6 +17,7 @@ import pytest
 
 from janitor.humanize import plural
 from tests._daemon_helpers import daemon_setup, running_daemon
+from tests._fixtures import forkserver
 from tests._fixtures.console import JANITOR_BIN, one_line_error
 from tests._fixtures.space import MiB, fill_file
 
@@ -336,7 +337,7 @@ def test_a_sweep_killed_midway_leaves_a_record_of_every_file_it_deleted(
 ) -> None:
     _, files, state = many_units(12000)
     env = dict(os.environ, JANITOR_STATE_DIR=str(state))
-    proc = subprocess.Popen([str(JANITOR_BIN), "sweep"], env=env, stdout=subprocess.DEVNULL,
+    proc = forkserver.JanitorPopen([str(JANITOR_BIN), "sweep"], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and all(f.exists() for f in files[:: len(files) // 20]):
@@ -347,7 +348,7 @@ def test_a_sweep_killed_midway_leaves_a_record_of_every_file_it_deleted(
     assert 0 < len(gone) < len(files), len(gone)
     recorded = _recorded(state)
     assert gone <= set(recorded), f"{len(gone - set(recorded))} deleted without a record"
-    log = subprocess.run([str(JANITOR_BIN), "log"], env=env, capture_output=True, text=True)
+    log = forkserver.run([str(JANITOR_BIN), "log"], env=env, capture_output=True, text=True)
     if "deleting" in recorded.values():
         assert "being deleted when the janitor stopped" in log.stdout
 
