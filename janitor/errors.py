@@ -49,6 +49,7 @@ __all__ = [
     "EXIT_TEMPFAIL",
     "ConfigError",
     "JanitorError",
+    "LedgerBusy",
     "LedgerError",
     "LedgerFull",
     "NeverFits",
@@ -120,6 +121,10 @@ class LedgerError(JanitorError, OSError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.message,))
+
+
+class LedgerBusy(LedgerError):
+    """Another process held the ledger's lock for longer than this one may wait for it."""
 
 
 class LedgerFull(LedgerError):

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from janitor.commands.daemon_client import DaemonClient
     from janitor.core import Janitor
     from janitor.guarding.held import HeldWrite, WriteSession, Written
+    from janitor.guarding.request import CallRequest
 
 __all__ = [
     "DEFAULT_WAIT_S",
@@ -407,14 +408,25 @@ def _here(
     if isinstance(request, Verdict):
         return request.body, None
     from janitor.core import Janitor
+    from janitor.errors import LedgerBusy
 
     jan = Janitor.from_settings()
+    deadline = started + request.wait_s  # the call's one deadline (a wait handed on included)
     try:
-        verdict = admitted(jan, request, call["args"], received=started, via="ledger")
-        if verdict.prepared is not None:  # queued: say so once, then wait in turn
-            _tell(verdict.body, log_dir)
-            ticket = verdict.body["ticket"]
-            verdict = decide_wait(jan, verdict.prepared, ticket, via="ledger")
+        # The ledger's lock is waited for no longer than the call waits for room, and the
+        # grace a front end gives a verdict: a writer that hangs holding it (a stopped daemon)
+        # must not hold the call past its deadline, then let it run unguarded.
+        with jan.ledger.waiting_at_most(deadline - time.monotonic() + WAIT_GRACE_S):
+            verdict = admitted(jan, request, call["args"], received=started, via="ledger")
+            if verdict.prepared is not None:  # queued: say so once, then wait in turn
+                _tell(verdict.body, log_dir)
+                ticket = verdict.body["ticket"]
+                verdict = decide_wait(jan, verdict.prepared, ticket, via="ledger")
+    except LedgerBusy as exc:
+        jan.ledger.close()
+        if time.monotonic() < deadline:
+            raise  # the lock's own timeout came first: as any broken ledger
+        return _ledger_held(request, exc), None
     except BaseException:
         jan.ledger.close()
         raise
@@ -422,6 +434,16 @@ def _here(
         return verdict.body, _LedgerHold(jan, verdict.body)
     jan.ledger.close()
     return verdict.body, None
+
+
+def _ledger_held(request: CallRequest, exc: Exception) -> dict[str, Any]:
+    """A refusal for a call whose wait ran out while another process held the ledger's lock:
+    nothing could be reserved, so nothing is written (the call fails up front, as any call
+    refused for room)."""
+    paths = ", ".join(w.path for w in request.writes) or "its outputs"
+    line = (f"refused to write {paths}: its wait ran out while another process held the "
+            f"ledger's lock ({exc}); nothing was reserved")  # fmt: skip
+    return {"action": "refuse", "say": line, "log": f"refused: {line}"}
 
 
 def main(

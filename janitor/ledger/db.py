@@ -180,6 +180,18 @@ class Ledger:
             delay = min(delay * 2, 0.005)
 
     @contextmanager
+    def waiting_at_most(self, seconds: float) -> Iterator[None]:
+        """Within, a write waits at most ``seconds`` (not ``lock_timeout``) for another writer,
+        then raises LedgerBusy: a guard's own decision (one thread) ends by its call's deadline."""
+        full, self.lock_timeout = self.lock_timeout, min(self.lock_timeout, max(0.0, seconds))
+        self._writer.timeout = self.lock_timeout
+        try:
+            yield
+        finally:
+            self.lock_timeout = full
+            self._writer.timeout = full
+
+    @contextmanager
     def write(self) -> Iterator[Tx]:
         """One write transaction, serialised with every other writer of this ledger."""
         conn, tx = self._connect()

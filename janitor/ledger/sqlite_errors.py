@@ -11,7 +11,7 @@ import sqlite3
 from pathlib import Path
 
 from janitor.config.state_dir import access_error
-from janitor.errors import LedgerError, LedgerFull
+from janitor.errors import LedgerBusy, LedgerError, LedgerFull
 
 __all__ = ["SQLITE_BUSY", "SQLITE_LOCKED", "primary_code", "translate"]
 
@@ -46,7 +46,7 @@ def translate(exc: sqlite3.Error, path: Path, lock_timeout: float) -> LedgerErro
     if code in (_SQLITE_READONLY, _SQLITE_CANTOPEN):
         return access_error(path, PermissionError(13, str(exc)), "write the ledger")
     if code in (SQLITE_BUSY, SQLITE_LOCKED):
-        return LedgerError(
+        return LedgerBusy(
             f"ledger {path} stayed locked for {lock_timeout:g}s; another "
             "process holds it (raise lock_timeout_s or find the stuck process)"
         )

@@ -11,6 +11,8 @@ import os
 import re
 import secrets
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 import pytest
 
 from janitor import Janitor
-from janitor.errors import LedgerError
+from janitor.errors import LedgerBusy, LedgerError
 from janitor.ledger.db import SCHEMA_VERSION, Ledger
 from tests._fixtures.env import JanitorEnv
 from tests._fixtures.ledger import raw_sql
@@ -465,3 +467,38 @@ def test_a_measured_reservation_keeps_every_field_but_its_outstanding_bytes(tmp_
     left = (1 << 20) - os.stat(written).st_blocks * 512
     assert measured == dataclasses.replace(info, outstanding=left)
     assert 0 < measured.outstanding < 1 << 20
+
+
+def test_a_write_waits_for_a_hung_writer_at_most_as_long_as_it_is_told(tmp_path: Path) -> None:
+    """``waiting_at_most``: a write waits that long for the lock another process holds (and
+    hangs with), not ``lock_timeout``, then raises LedgerBusy (a LedgerError); the ledger's own
+    timeout is back after the block, and a write goes through once the other writer is gone."""
+    path = tmp_path / "ledger.sqlite3"
+    ledger = Ledger(path, lock_timeout=20)
+    ledger.close()
+    hold = (
+        "import sys\nfrom pathlib import Path\nfrom janitor.ledger.db import Ledger\n"
+        f"with Ledger(Path({str(path)!r})).write():\n"
+        "    print('held', flush=True)\n    sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        with (
+            ledger.waiting_at_most(0.3),
+            pytest.raises(LedgerBusy, match="stayed held"),
+            ledger.write(),
+        ):
+            pass
+        assert time.monotonic() - t0 < 10  # not the 20 s of lock_timeout
+        assert ledger.lock_timeout == 20
+    finally:
+        holder.kill()
+        holder.wait()
+    with ledger.write():
+        pass
+    ledger.close()
+    assert issubclass(LedgerBusy, LedgerError)

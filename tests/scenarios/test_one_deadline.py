@@ -14,6 +14,7 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 
 from tests._daemon_helpers import eventually, running_daemon
 
+from .test_by_use import entry
 from .test_jobs import _waiters, site
 
 pytestmark = [
@@ -103,3 +105,52 @@ def test_a_wait_keeps_its_deadline_when_the_daemon_dies_or_hangs_under_it(
         assert not wrote
         # Waited to its deadline, and not past it: one wait, however it was handed on.
         assert WAIT_S - 1 <= took[name] <= WAIT_S + SLACK_S[how], (name, took, err, glog)
+
+
+#: Another writer of the ledger that hangs while it holds the ledger's lock, as a daemon
+#: stopped in the middle of a write does.
+_HOLD_LEDGER = """
+import sys
+from janitor.config.settings import Settings
+from janitor.ledger.db import Ledger
+with Ledger(Settings.load().ledger_path).write():
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_a_ledger_a_hung_writer_holds_refuses_the_call_at_its_deadline(
+    tmp_path: Path, front_end: str
+) -> None:
+    """No daemon, and another process holds the ledger's lock and hangs. A job's first cut
+    waits for the lock no longer than for room (``JANITOR_GUARD_WAIT_S=1``) and the grace a
+    verdict gets (2 s): refused (exit 75), one line naming the ledger's lock, nothing written.
+    (Before, it waited the ledger's whole ``lock_timeout_s``, 20 s here, then ran unguarded:
+    CI saw a call handed over by the compiled front end wait past its deadline that way, its
+    daemon SIGSTOPped while it held the lock.)"""
+    with site(tmp_path) as s:
+        src = entry(s, 30)
+        env = s.env(JANITOR_GUARD_WAIT_S="1", JANITOR_LOCK_TIMEOUT_S="20")
+        holder = subprocess.Popen(
+            [sys.executable, "-c", _HOLD_LEDGER], env=env, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            out = s.tmp / ".tmpJOB001" / "fa_v2" / "audio" / "fa-v2-audio-0-0.pcm"
+            started = time.monotonic()
+            done = subprocess.run(
+                _cut(s.bin / "ffmpeg", src, out), env=env, capture_output=True, text=True,
+                timeout=120,
+            )  # fmt: skip
+            took = time.monotonic() - started
+        finally:
+            holder.kill()
+            holder.wait()
+    assert done.returncode == 75, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("space-janitor:")]
+    assert len(lines) == 1 and "refused to write" in lines[0], done.stderr
+    assert "ledger's lock" in lines[0], done.stderr
+    assert not out.exists()
+    # Its wait, the grace, and Python's start on a loaded machine: far from the lock's 20 s.
+    assert took <= 1.0 + 2.0 + 5.0, (took, done.stderr)

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from janitor.errors import LedgerError, LedgerFull
+from janitor.errors import LedgerBusy, LedgerError, LedgerFull
 from janitor.ledger.writelock.waiter import Descriptor, Waiter
 
 __all__ = ["BaseWriterLock"]
@@ -44,7 +44,7 @@ class BaseWriterLock(ABC):
         """Block until this thread holds the lock; LedgerError after ``timeout`` seconds."""
         fd = self._fd()
         if not self._acquire(fd, time.monotonic() + self.timeout):
-            raise LedgerError(
+            raise LedgerBusy(
                 f"the ledger's lock {self.path} stayed held for {self.timeout:g}s; another "
                 "process holds it (raise lock_timeout_s or find the stuck process)"
             )
