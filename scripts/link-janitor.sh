@@ -16,7 +16,8 @@
 # The README's quick start runs this after either of its installs. The `janitor` it links is
 # the active environment's ($VIRTUAL_ENV: the fallback's ./.venv, or one the user made), else
 # the one `python3` installed (its scripts folder, or its user scheme's: pip's --user), else
-# the one this shell finds. Without the link, a new shell that has no environment active (or
+# the one this shell finds; a link there (this script's, from an earlier install: Debian's
+# python3 puts scripts in /usr/local/bin) is followed to the file it names. Without the link, a new shell that has no environment active (or
 # no pyenv) says `janitor: command not found`. Where that janitor is in one of the folders
 # above already, nothing is linked. It replaces only a link of an older install's (a Python
 # installation's or environment's bin folder, or one gone), never a file nor another
@@ -37,7 +38,7 @@ schemes = [sysconfig.get_default_scheme(), sysconfig.get_preferred_scheme("user"
 for scheme in schemes:
     path = os.path.join(sysconfig.get_path("scripts", scheme), "janitor")
     if os.access(path, os.X_OK):
-        print(path)
+        print(os.path.realpath(path))
         break' 2>/dev/null) || found=""
         if [ -n "$found" ]; then
             echo "$found"
@@ -45,6 +46,8 @@ for scheme in schemes:
         fi
     fi
     found=$(command -v janitor 2>/dev/null) || return 1
+    # A link (this script's, from an earlier install) names the file to link to.
+    if [ -L "$found" ]; then found=$(readlink "$found"); fi
     case "$found" in /*) echo "$found" ;; *) return 1 ;; esac
 }
 

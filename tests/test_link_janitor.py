@@ -188,6 +188,30 @@ def test_a_janitor_pip_put_in_local_bin_is_not_linked_and_its_folder_goes_on_pat
     assert _new_shell(tmp_path, str(tools), login=True) == "janitor of the user scheme\n"
 
 
+def test_a_link_an_earlier_install_left_is_followed_to_the_file_it_names(
+    tmp_path: Path, tools: Path
+) -> None:
+    """python3's user scheme holds ``~/.local/bin/janitor``, but it is a link (this script's,
+    made by an earlier install): the file it names is what gets linked, into ~/bin on PATH;
+    the link is not taken for a janitor pip put there (Debian's python3 names /usr/local/bin,
+    where root's earlier link lies, as its scripts folder)."""
+    real = tmp_path / "pyenv" / "bin" / "janitor"
+    real.parent.mkdir(parents=True)
+    real.write_text(f"#!{tools / 'sh'}\necho janitor of the earlier install\n")
+    real.chmod(0o755)
+    local = tmp_path / "home" / ".local" / "bin"
+    local.mkdir(parents=True)
+    (local / "janitor").symlink_to(real)
+    home_bin = tmp_path / "home" / "bin"
+    home_bin.mkdir()
+    prefix = _python(tmp_path, tools, with_janitor=False)
+    done = _run(tmp_path, f"{home_bin}:{prefix / 'bin'}", None)
+    assert done.returncode == 0, done.stderr
+    assert os.readlink(home_bin / "janitor") == str(real)
+    assert _new_shell(tmp_path, f"{home_bin}:{tools}") == "janitor of the earlier install\n"
+    assert not (tmp_path / "home" / ".profile").exists()
+
+
 def test_a_janitor_on_path_in_local_bin_is_left_as_it_is(tmp_path: Path, tools: Path) -> None:
     local = tmp_path / "home" / ".local" / "bin"
     local.mkdir(parents=True)
