@@ -356,6 +356,10 @@ class Harness:
     #: whose goal is under the floor, by name, while written and held.
     below_floor_outside_s: float = 0.0
     aiming_below: set[str] = field(default_factory=set)
+    #: What held the volume while it was below the floor, summed over those samples (MiB x
+    #: samples): free space, outside bursts, cache entries in use, cache entries nothing used,
+    #: killed workers' job folders not yet removed, other job folders (live, or not ours).
+    below_held: dict[str, float] = field(default_factory=dict)
     cache_over: list[tuple[int, int]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -428,7 +432,8 @@ class Harness:
             st = os.statvfs(self.mnt)
             free, total = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
             self.min_free = min(self.min_free, free)
-            if free < self.floor:
+            below = free < self.floor
+            if below:
                 self.below_floor_s += 0.25
                 with self.lock:
                     outside_below = bool(self.aiming_below)
@@ -453,14 +458,33 @@ class Harness:
                 if f.name.split(".")[0] in used or f.name.endswith(".tmp.wav"):
                     in_use += n
             self.cache_over.append((size, self.quota + in_use))
-            if free < self.floor and size > in_use:
+            if below and size > in_use:
                 # below the floor while the cache held entries nothing used: the janitor's
                 # share of that time (the rest is the outside writers' alone)
                 self.below_floor_unused_s += 0.25
+            if below:
+                self._held_below(free, in_use, size - in_use)
             if not waiting:
                 continue
-            used = total - free
-            self.util.append(min(1.0, (used + promised) / (total - self.floor)))
+            self.util.append(min(1.0, (total - free + promised) / (total - self.floor)))
+
+    def _held_below(self, free: int, cache_in_use: int, cache_unused: int) -> None:
+        """Add one below-the-floor sample's breakdown of what holds the volume."""
+        dead = {k["folder"] for k in self.kills if k["gone"] is None}
+        held = {
+            "free": free,
+            "outside": _blocks(self.mnt / "outside"),
+            "cache in use": cache_in_use,
+            "cache unused": cache_unused,
+            "other job folders": 0,
+            "killed jobs' folders": 0,
+        }
+        for job in (self.mnt / "tmp").glob(".tmp*"):
+            held["killed jobs' folders" if str(job) in dead else "other job folders"] += _blocks(
+                job
+            )
+        for k, n in held.items():
+            self.below_held[k] = self.below_held.get(k, 0.0) + n / MiB
 
     def killer(self) -> None:
         """Every --kill-every seconds, SIGKILL a worker mid-alignment; the server restarts it."""
@@ -493,6 +517,18 @@ class Harness:
                 kill["gone"] = time.monotonic() - kill["t"]
                 return
             time.sleep(0.1)
+
+
+def _blocks(folder: Path) -> int:
+    """Bytes the files under ``folder`` hold on disk (those that vanish meanwhile count 0)."""
+    n = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                n += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                pass
+    return n
 
 
 # -- setup -----------------------------------------------------------------------------------------
@@ -672,6 +708,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "below_floor_s": h.below_floor_s,
             "below_floor_unused_s": h.below_floor_unused_s,
             "below_floor_outside_s": h.below_floor_outside_s,
+            "below_held": h.below_held,
             "cache_over": h.cache_over,
             "waits": guard_log_waits(work / "log" / "guard.log"),
             "left": left,
@@ -705,6 +742,7 @@ def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
     worst = max(range(len(over)), key=over.__getitem__) if over else None
     probes_refused = sum(1 for x in recs if x.get("probe") == 75)
     rest = r["below_floor_s"] - r.get("below_floor_outside_s", 0.0)
+    samples = r["below_floor_s"] / 0.25
     cache_row = "-"
     if worst is not None:
         size, limit = r["cache_over"][worst]
@@ -798,6 +836,12 @@ def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
         Row(
             "  of all, while the cache held entries nothing used",
             f"{r.get('below_floor_unused_s', 0.0):.1f} s",
+        ),
+        Row(
+            "  what held the volume then, mean MiB",
+            ", ".join(f"{k} {v / samples:.1f}" for k, v in r.get("below_held", {}).items())
+            if samples
+            else "-",
         ),
         Row(
             "cache size, most over its quota + what is in use",
