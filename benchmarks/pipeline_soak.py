@@ -44,7 +44,10 @@ It prints one table (exit 0; ``--strict`` exits 1 when a goal is missed):
   was written and held: no reservation covers it, and nothing the janitor may delete can lift
   the volume while the cache holds only what is in use), and the rest (admitted writes, the
   janitor's reaction); and the seconds while the cache still held entries nothing used (the
-  janitor could have evicted); the cache's size against its quota plus what is in use (pinned
+  janitor could have evicted); what held the volume while it was below the floor (mean MiB
+  over those samples: free space, outside bursts, cache entries in use and unused, killed
+  workers' job folders not yet removed, other job folders), which says whether anything the
+  janitor may free was there; the cache's size against its quota plus what is in use (pinned
   or awaiting use);
 * seconds from a writer's death to its folder's removal (goal at most 30 s);
 * waits (from the guard's log): started, admitted, refused at the end (goal: at most 5 % of the
