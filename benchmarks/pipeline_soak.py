@@ -473,19 +473,20 @@ class Harness:
 
     def _held_below(self, free: int, cache_in_use: int, cache_unused: int) -> None:
         """Add one below-the-floor sample's breakdown of what holds the volume."""
+        from janitor.host.space import allocated_size  # the janitor's own measure: no links
+
         dead = {k["folder"] for k in self.kills if k["gone"] is None}
         held = {
             "free": free,
-            "outside": _blocks(self.mnt / "outside"),
+            "outside": allocated_size(self.mnt / "outside"),
             "cache in use": cache_in_use,
             "cache unused": cache_unused,
             "other job folders": 0,
             "killed jobs' folders": 0,
         }
         for job in (self.mnt / "tmp").glob(".tmp*"):
-            held["killed jobs' folders" if str(job) in dead else "other job folders"] += _blocks(
-                job
-            )
+            whose = "killed jobs' folders" if str(job) in dead else "other job folders"
+            held[whose] += allocated_size(job)
         for k, n in held.items():
             self.below_held[k] = self.below_held.get(k, 0.0) + n / MiB
 
@@ -520,18 +521,6 @@ class Harness:
                 kill["gone"] = time.monotonic() - kill["t"]
                 return
             time.sleep(0.1)
-
-
-def _blocks(folder: Path) -> int:
-    """Bytes the files under ``folder`` hold on disk (those that vanish meanwhile count 0)."""
-    n = 0
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            try:
-                n += os.lstat(os.path.join(root, name)).st_blocks * 512
-            except OSError:
-                pass
-    return n
 
 
 # -- setup -----------------------------------------------------------------------------------------
