@@ -30,7 +30,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirModifiedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 from watchdog.utils import BaseThread
@@ -39,7 +51,7 @@ from janitor.config.policy import TreePolicy
 from janitor.host.fdwalk import tree_shape
 from janitor.host.mounts import mounts_under
 
-__all__ = ["TreeWatcher", "WatchState"]
+__all__ = ["CHANGES", "TreeWatcher", "WatchState"]
 
 log = logging.getLogger("janitor.watch")
 
@@ -56,6 +68,15 @@ class WatchState:
 #: Debounce keys: ("tree", name) or ("file", path).
 _Key = tuple[str, str]
 
+
+#: What a watch asks for: changes, not reads. Every guarded cut and probe opens a cached WAV,
+#: and a read changes nothing we act on; left out of the watch (watchdog turns this list into
+#: the inotify mask), the kernel queues no IN_OPEN or IN_CLOSE_NOWRITE for them and no watchdog
+#: thread wakes to parse one while the API answers the call that made it.
+CHANGES: list[type[FileSystemEvent]] = [
+    FileCreatedEvent, DirCreatedEvent, FileDeletedEvent, DirDeletedEvent, FileMovedEvent,
+    DirMovedEvent, FileModifiedEvent, DirModifiedEvent, FileClosedEvent,
+]  # fmt: skip
 
 #: A tree polled because a folder is too deep to watch is measured again at most this often.
 DEEP_RECHECK_S = 60.0
@@ -284,7 +305,9 @@ class TreeWatcher:
                 _path_max(tree.path),
                 mounts_under(str(tree.path)),
             )
-            watch = observer.schedule(handler, str(tree.path), recursive=recursive)
+            watch = observer.schedule(
+                handler, str(tree.path), recursive=recursive, event_filter=CHANGES
+            )
         except Exception as exc:  # watchdog may raise more than OSError (RecursionError)
             if isinstance(exc, OSError):
                 reason = exc.strerror or str(exc)
@@ -306,7 +329,10 @@ class TreeWatcher:
         for path in self.files:
             try:
                 observer.schedule(
-                    _FileHandler(path, self._mark), os.path.dirname(path), recursive=False
+                    _FileHandler(path, self._mark),
+                    os.path.dirname(path),
+                    recursive=False,
+                    event_filter=CHANGES,
                 )
             except OSError as exc:
                 log.info("cannot watch %s (%s); it is checked periodically instead", path, exc)

@@ -678,6 +678,73 @@ def test_watcher_reports_a_watched_file_once_per_change_and_not_on_reads(tmp_pat
         w.stop()
 
 
+#: inotify's event bits (linux/inotify.h), as /proc/PID/fdinfo shows a watch's mask.
+IN_MODIFY, IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_OPEN = 0x2, 0x8, 0x10, 0x20
+IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
+
+
+def _inotify_masks(folder: Path) -> list[int]:
+    """The masks of this process's inotify watches on ``folder`` (its inode and device), as the
+    kernel holds them: each inotify descriptor's /proc/self/fdinfo lists its watches."""
+    st = os.stat(folder)
+    masks = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:inotify":
+                continue
+            lines = Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines()
+        except OSError:
+            continue  # closed meanwhile (the listing's own descriptor, another thread's)
+        for line in lines:
+            if not line.startswith("inotify "):
+                continue
+            fields = dict(f.split(":", 1) for f in line.split()[1:])
+            sdev = int(fields["sdev"], 16)  # the kernel's own dev_t: major << 20 | minor
+            same_dev = (sdev >> 20, sdev & 0xFFFFF) == (os.major(st.st_dev), os.minor(st.st_dev))
+            if int(fields["ino"], 16) == st.st_ino and same_dev:
+                masks.append(int(fields["mask"], 16))
+    return masks
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads inotify's fdinfo (Linux)")
+def test_a_watch_asks_the_kernel_for_changes_not_reads(tmp_path: Path) -> None:
+    """Every guarded cut and probe opens a cached WAV: a cache tree's watch (each folder of it)
+    and the policy file's folder ask the kernel for writes, creations, deletions and moves, not
+    for opens and read-only closes, so no watchdog thread wakes for a read. A change is still
+    reported."""
+    from janitor.config.policy import Policy
+    from janitor.daemon.tree_watcher import TreeWatcher
+
+    cache = tmp_path / "cache"
+    (cache / "sub").mkdir(parents=True)
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    policy_file = etc / "policy.toml"
+    policy_file.write_text("a")
+    pol = Policy.model_validate({"trees": {"cache": {"role": "cache", "path": str(cache)}}})
+    dirty: list[str] = []
+    w = TreeWatcher(
+        list(pol.trees.values()), dirty.append, quiet_s=0.05, max_delay_s=0.2,
+        files=[policy_file], on_file=lambda path: None,
+    )  # fmt: skip
+    w.start()
+    try:
+        for folder in (cache, cache / "sub", etc):
+            masks = _inotify_masks(folder)
+            assert masks, f"no inotify watch on {folder}"
+            for mask in masks:
+                assert not mask & (IN_OPEN | IN_CLOSE_NOWRITE), f"{folder}: mask {mask:#x}"
+                wanted = IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO
+                assert mask & wanted == wanted and mask & IN_CREATE and mask & IN_DELETE
+        (cache / "sub" / "a.wav").write_bytes(b"x" * 100)
+        deadline = time.monotonic() + 10
+        while "cache" not in dirty and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "cache" in dirty
+    finally:
+        w.stop()
+
+
 # -- policy reload --------------------------------------------------------------------------------
 
 
