@@ -36,7 +36,9 @@ It prints one table (exit 0; ``--strict`` exits 1 when a goal is missed):
   failed later (with the groups of compute lost; goal 0) and stopped by outside writers
   (counted apart, with their groups: stopped by the guard as the volume fell below its floor,
   a cut that met the disk filled to its last byte, which the guard stops and says so, and the
-  worker's own unguarded small writes that met ENOSPC then);
+  worker's own unguarded small writes that met ENOSPC then); probes refused as never fitting,
+  and of those the first cut refused too, completed anyway (the refusal was wrong) and the WAV
+  evicted before the first cut (a refused probe marks nothing awaiting use);
 * inputs deleted under a live job or while awaiting use (0), admitted writes that met ENOSPC
   (0 that the guard did not stop as forced by outside writers), foreign files touched (0);
 * seconds below the floor (goal: at most 5 % of the run); of those, the seconds while an
@@ -274,7 +276,9 @@ class Worker:
                         # probe refused (the file can never fit), not even that.
                         kind = "input" if rec["cuts"] else "awaiting"
                         if not rec["cuts"] and rec["probe"] == 75:
-                            kind = "probe-refused"
+                            # batchalign3 goes on after a failed probe (no duration), but a
+                            # refused probe marked nothing: its WAV lay unprotected through UTR
+                            kind = "probe-lost"
                         raise Failed(kind, f"{wav} deleted under the job")
                     pcm = os.path.join(audio, f"fa-v2-audio-{space}-{g}.pcm")
                     self.state(phase="fa", folder=job, cuts=rec["cuts"])
@@ -720,7 +724,7 @@ def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
     recs = r["records"]
     by = {k: [x for x in recs if x["outcome"] == k] for k in
           ("completed", "refused", "stopped", "filled", "enospc", "input", "awaiting", "error",
-           "own-write", "hit-lost", "probe-refused")}  # fmt: skip
+           "own-write", "hit-lost", "probe-refused", "probe-lost")}  # fmt: skip
     # The worker's own small writes (payloads) are unguarded: one that met ENOSPC met a disk
     # that writers outside every reservation filled to its last byte, as a "filled" cut did.
     own_full = [x for x in by["own-write"] if "No space left" in x.get("detail", "")]
@@ -764,7 +768,15 @@ def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
             verdict=verdict(not could),
         ),
         Row("  probes refused (the file could never fit)", str(probes_refused)),
-        Row("    of those, failed at their first cut", str(len(by["probe-refused"]))),
+        Row("    of those, their first cut refused too", str(len(by["probe-refused"]))),
+        Row(
+            "    of those, completed anyway (the refusal was wrong)",
+            str(sum(1 for x in by["completed"] if x.get("probe") == 75)),
+        ),
+        Row(
+            "    of those, the WAV evicted before the first cut (nothing held it)",
+            str(len(by["probe-lost"])),
+        ),
         Row(
             "  failed later (groups of compute lost)",
             f"{len(later)} ({lost})",
