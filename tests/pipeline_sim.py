@@ -166,6 +166,8 @@ def align(src: str, args: argparse.Namespace) -> None:
             ffmpeg("-y", "-ss", f"{start:.3f}", "-to", f"{end:.3f}", "-i", wav, *PCM_ARGS, pcm)
             report(args.report, pcm)
             if g in (args.recut or ()):
+                while args.recut_while and os.path.exists(args.recut_while):
+                    time.sleep(0.02)
                 again = os.path.join(audio, f"fa-v2-audio-fallback-{g}.pcm")
                 ffmpeg("-y", "-ss", f"{start:.3f}", "-to", f"{end:.3f}", "-i", wav, *PCM_ARGS,
                        again)  # fmt: skip
@@ -202,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--utr-s", type=float, default=0.0, help="'UTR' between probe and first cut")
     p.add_argument(
         "--recut", type=int, action="append", help="cut this group again (a Whisper fallback)"
+    )
+    p.add_argument(
+        "--recut-while", help="before cutting a group again, wait while this file exists"
     )
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--readrate", type=float, help="read the whole-file PCM's input at this speed")

@@ -660,15 +660,18 @@ def test_a_group_cut_again_without_room_waits_for_space_that_will_come(
     """When the volume has no room for a second cut of a group, it waits (its compute is
     spent) for space that will come: another job's reservation that ends a few seconds later;
     then it is admitted and the file completes."""
-    report = tmp_path / "report.jsonl"
+    report, gate = tmp_path / "report.jsonl", tmp_path / "recut-gate"
+    gate.touch()  # A cuts its group again only once the test has taken the room
     with site(tmp_path, size="64m", floor="8MiB") as s, running_daemon(s.setup):
         a = s.start("--groups", "3", "--group-s", "20", "--recut", "1", "--pause-s", "2",
-                    "--report", report, m4a(60), JANITOR_GUARD_WAIT_S="60")  # fmt: skip
+                    "--recut-while", gate, "--report", report, m4a(60),
+                    JANITOR_GUARD_WAIT_S="60")  # fmt: skip
         eventually(lambda: len(cuts_of(report)) >= 1, timeout=60, what="A's first cut")
         check = json.loads(s.cli("check", "cache", "1", "--json").stdout)
         holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(8)"])
         taken = s.cli("reserve", "cache", str(check["available"]), "--owner-pid",
                       str(holder.pid), "--json")  # fmt: skip
+        gate.unlink()
         assert taken.returncode == 0, taken.stderr
         code, _, err = finish(a)
         holder.wait()

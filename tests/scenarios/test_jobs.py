@@ -260,7 +260,7 @@ def test_a_waiting_job_is_admitted_the_moment_the_other_jobs_folder_is_removed(
         b_code, _, b_err = finish(b)
         log = s.log()
         guard_log = (s.setup.log_dir / "guard.log").read_text()
-    assert a_code == 0 and b_code == 0, (a_err, b_err)
+    assert a_code == 0 and b_code == 0, (a_err, b_err, guard_log)
     assert len(cuts_of(a_report)) == 5 and len(cuts_of(b_report)) == 5
     # The pipeline shows ffmpeg's stderr only when it fails; the guard's log keeps the line.
     waited = [ln for ln in guard_log.splitlines() if "waiting: waiting for" in ln]

@@ -141,8 +141,9 @@ def test_diarization_and_cantonese_temp_are_orphans_by_age_other_tmp_folders_sta
     fresh = put(tmp / "tmpfresh000" / "prepared_audio.wav").parent
     for folder in (nemo, prepared, aliyun, theirs):
         age(folder, 2)
-    sweep(run_cli)
-    assert not nemo.exists() and not prepared.exists() and not aliyun.exists()
+    result = sweep(run_cli)
+    gone = {p.name: not p.exists() for p in (nemo, prepared, aliyun)}
+    assert all(gone.values()), (gone, result)
     assert theirs.exists() and fresh.exists()
 
 
