@@ -13,8 +13,10 @@ only then cuts the WAV group by group into a job folder under its ``TMPDIR``. A 
   ``space-janitor:`` line) before anything is spent: its cuts (the whole recording as f32le
   mono 16 kHz PCM, worked out by the one estimator from the WAV's header) need more than the
   volume of the prober's ``TMPDIR`` could ever give (its capacity less its floor and what no
-  eviction or job end frees; the WAV itself stays). It reserves nothing: what may fit is
-  admitted at the first cut, as ever.
+  eviction or job end frees; the WAV itself stays), and had no such room in any of the
+  daemon's samples of that volume within ``forecast_window_s`` (an outside writer's burst
+  holds the disk for seconds: it does not make a volume one that can never hold them). It
+  reserves nothing: what may fit is admitted at the first cut, as ever.
 
 Every other call, and every call that is not refused, runs the real ffprobe at once: the same
 arguments, stdin, stdout, stderr and exit code (the front end ``exec``\\ s it). The verdict is
@@ -42,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from janitor.error_statuses import status_of
 from janitor.guarding.verdict import Verdict, policy_mismatch
-from janitor.humanize import format_size
+from janitor.humanize import format_duration, format_size
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -235,7 +237,14 @@ def _hopeless(jan: Janitor, entry: CacheEntry, tmpdir: str) -> str | None:
     if need.bytes <= now.free - now.floor:
         return None
     vol = Volume.at(jan.policy, tree.path)
+    window = jan.settings.forecast_window_s
     with jan.ledger.read() as tx:
+        # Files outside every tree count as never freed, and an outside writer's burst is
+        # such a file for a few seconds: a volume the daemon saw with the room within the
+        # window is not one that can never have it (its first cut decides, as any other).
+        seen = tx.samples.series(vol.device, time.time() - window)
+        if any(free - vol.floor >= need.bytes for _, free in seen):
+            return None
         cap = capacity(tx, jan.policy, vol, kept=frozenset((entry.path,)))
     if need.bytes <= cap.most:
         return None
@@ -244,6 +253,7 @@ def _hopeless(jan: Janitor, entry: CacheEntry, tmpdir: str) -> str | None:
         f"{format_size(need.bytes)} in {tmpdir} on volume {vol.mount}, which can never hold "
         f"them: capacity {format_size(cap.total)}, floor {format_size(cap.floor)}, "
         f"{format_size(cap.held)} held by files outside every reservation and cache leave at "
-        f"most {format_size(cap.most)} even once every job ends. Free space on {vol.mount} or "
-        "use a bigger disk; ffprobe did not run"
+        f"most {format_size(cap.most)} even once every job ends, and it has not had that room in "
+        f"the last {format_duration(window)}. Free space on {vol.mount} or use a bigger disk; "
+        "ffprobe did not run"
     )

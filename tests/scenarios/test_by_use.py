@@ -445,9 +445,40 @@ def test_a_probe_of_a_wav_whose_alignment_could_never_fit_refuses(tmp_path: Path
     assert code == 75 and out == "", (code, out, err)
     (line,) = err.splitlines()
     assert line.startswith("space-janitor: refused to probe") and "never" in line, line
-    assert "24.4 MiB" in line and str(wav) in line, line
+    assert "24.4 MiB" in line and str(wav) in line and "not had that room" in line, line
     assert status["reservations"] == [] and status["awaiting"] == []
     assert fine[0] == 0 and fine[1].strip() == "400.000000"
+
+
+@pytest.mark.usefixtures("front_end")
+def test_a_probe_during_an_outside_burst_is_not_refused_as_never_fitting(tmp_path: Path) -> None:
+    """A 64 MiB volume with a 16 MiB floor and a 200 s WAV in its cache (6.1 MiB; its cuts
+    12.2 MiB). An outside writer's burst takes all but 18 MiB: counted as never freed, it
+    leaves less than the cuts need, but the daemon sampled the volume with the room seconds
+    ago, so the probe runs as ffprobe and marks the WAV awaiting use (a refused probe marks
+    nothing, and batchalign3 goes on to UTR after it). (Before, it was refused as "can never
+    hold them".) A volume that never had the room in the daemon's samples is still refused:
+    the test above, whose daemon samples too."""
+    with site(tmp_path, size="64m", floor="16MiB", quota="1GiB") as s, running_daemon(s.setup):
+
+        def sampled() -> int:
+            with sqlite3.connect(f"file:{s.setup.ledger}?mode=ro", uri=True) as db:
+                return int(db.execute("SELECT count(*) FROM samples").fetchone()[0])
+
+        wav = entry(s, 200)
+        seen = sampled()
+        eventually(lambda: sampled() > seen, timeout=30, what="a reading with room")
+        burst = s.setup.mount / "burst.bin"  # on the volume, in no tree
+        # Held open meanwhile, as in use: the burst puts the volume under pressure, and the
+        # pressure pass would otherwise evict the WAV, which nothing covers before its probe.
+        with open(wav, "rb"):
+            fill_file(burst, max(0, free_of(s.tmp) - 18 * MiB))
+            with prober(s, wav, tmpdir=s.tmp):
+                code, out, err = probe_result(s, wav)
+                assert code == 0 and out.strip() == "200.000000", (code, out, err)
+                eventually(lambda: awaiting(s), timeout=30, what="the mark")
+                marks = awaiting(s)
+    assert [Path(m["path"]).name for m in marks] == [wav.name], marks
 
 
 # -- 5. wait only for space that will come ----------------------------------------------------
