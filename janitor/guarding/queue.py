@@ -51,24 +51,35 @@ def cannot_wait(
     when it may. The call's own pinned sources count for neither: they stay while it waits.
     Free space that writers outside every reservation gave back on the volume within the
     call's wait bound counts for both (:func:`~janitor.admission.queue.came_back`): it came
-    and went, so it may come again while the call waits."""
+    and went, so it may come again while the call waits.
+
+    What the call lacks is read with what will come, not taken from ``refused``: a job that
+    ended since that refusal gave its bytes back to free space, and its reservation is no
+    longer among what will come; counted from the refusal's numbers, those bytes would be
+    nowhere, and a call that now fits would be refused as one that waiting cannot help."""
     from janitor.admission.jobs import capacity
     from janitor.admission.queue import came_back, will_come
+    from janitor.admission.reserve import live_reservations, read_volume
     from janitor.admission.volume import Volume
 
-    vol = Volume.at(jan.policy, tree_named(jan, prep, refused.tree).path)
-    whole = replace(_numbers(refused), requested=need, queued=0)
+    tree = tree_named(jan, prep, refused.tree)
+    vol = Volume.at(jan.policy, tree.path)
     with jan.ledger.read() as tx:
         own = [tx.jobs.get(j) for j in set(prep.jobs.values())]
         kept = frozenset(s.source for j in own if j is not None for s in j.sources if s.pin)
         cap = capacity(tx, jan.policy, vol, kept=kept)
         swing = came_back(tx, device, refused.free, window_s=prep.request.wait_s)
         if need > cap.most + swing:
+            whole = replace(_numbers(refused), requested=need, queued=0)
             return NeverFits(whole, output=refused.output, capacity=cap.total, held=cap.held)
         coming = will_come(tx, jan.policy, device, kept=kept).total + swing
-    lacks = need - max(0, refused.free - refused.floor - refused.reserved)
-    if lacks > coming:
-        return WaitWontHelp(whole, output=refused.output, waited_s=refused.waited_s, coming=coming)
+        # Summed after what will come and before free space is read: a job that ends between
+        # the reads is counted twice (the call waits), never nowhere (refused for nothing).
+        reserved = sum(r.outstanding for r in live_reservations(tx, device=device))
+    free = read_volume(jan.policy, tree).free
+    now = replace(_numbers(refused), requested=need, queued=0, free=free, reserved=reserved)
+    if need - max(0, free - now.floor - reserved) > coming:
+        return WaitWontHelp(now, output=refused.output, waited_s=refused.waited_s, coming=coming)
     return None
 
 

@@ -515,6 +515,55 @@ def test_a_first_cut_that_nothing_running_can_make_fit_is_refused_at_once(
     assert took < 20, took
 
 
+def test_whether_waiting_can_help_is_judged_on_the_volume_as_it_is_not_as_it_was_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Job J's working set (20 MiB, written in full) runs; H's first cut (30 MiB) does not fit
+    and waits for it. J ends (its folder removed) between H's retry and H's asking whether
+    waiting can still help (``cannot_wait``, every ``HOPE_EVERY_S`` of a wait): J's 20 MiB are
+    free space now, and no longer a reservation that will come. H fits, so it waits (its next
+    retry admits it). (Before, the question took free space from the refusal, before J ended:
+    J's bytes were counted nowhere, and H was refused at once, "waiting would not make it fit".
+    A job's first cut met this in CI, under load, when the job ahead of it ended.)"""
+    from janitor.core import Janitor
+    from janitor.guarding.grant import grant
+    from janitor.guarding.prepare import prepare
+    from janitor.guarding.queue import Queued, cannot_wait
+    from janitor.guarding.request import CallRequest, PlannedWrite
+
+    with site(tmp_path, size="64m", floor="8MiB") as s:
+        s.setup.apply_env(monkeypatch)
+        jan = Janitor.from_settings()
+        sleepers = [subprocess.Popen(["sleep", "300"]) for _ in range(2)]
+        try:
+            fill_file(s.setup.mount / "other" / "data.bin",
+                      free_of(s.setup.mount) - 8 * MiB - 32 * MiB)  # fmt: skip
+
+            def cut(i: int, nbytes: int, wait_s: float = 0.0) -> Any:
+                out = s.tmp / f".tmp{i}" / "fa_v2" / "audio" / "g.pcm"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                write = PlannedWrite(str(out), 1024, str(s.cache / f"{i}.wav"), nbytes)
+                req = CallRequest((write,), (), sleepers[i].pid, sleepers[i].pid, wait_s=wait_s)
+                return prepare(jan, req)
+
+            grant(jan, cut(0, 20 * MiB))  # J
+            fill_file(s.tmp / ".tmp0" / "fa_v2" / "audio" / "g.pcm", 20 * MiB)  # written in full
+            h = cut(1, 30 * MiB, wait_s=60)
+            with pytest.raises(Queued) as queued:
+                grant(jan, h)  # 12 MiB free above the floor; J gives 20 back: H waits
+            with jan.ledger.read() as tx:
+                place = tx.waiters.get(queued.value.ticket)
+            assert place is not None
+            shutil.rmtree(s.tmp / ".tmp0")  # J ends: its 20 MiB are free space now
+            verdict = cannot_wait(jan, h, queued.value.refusal, place.device, place.bytes)
+        finally:
+            for p in sleepers:
+                p.kill()
+                p.wait()
+            jan.ledger.close()
+    assert verdict is None, str(verdict)
+
+
 @pytest.mark.usefixtures("front_end")
 def test_a_first_cut_waits_for_space_an_outside_writer_took_moments_ago(
     tmp_path: Path, m4a: Callable[[float], Path]
