@@ -44,7 +44,8 @@ It prints one table (exit 0; ``--strict`` exits 1 when a goal is missed):
 * seconds below the floor (goal: at most 5 % of the run); of those, the seconds while an
   outside writer aimed below it (a burst whose goal was under the floor, or ENOSPC, while it
   was written and held: no reservation covers it, and nothing the janitor may delete can lift
-  the volume while the cache holds only what is in use), and the rest (admitted writes, the
+  the volume while the cache holds only what is in use), of those the seconds while one wrote
+  until ENOSPC (whatever is freed then, it takes too), and the rest (admitted writes, the
   janitor's reaction); and the seconds while the cache still held entries nothing used (the
   janitor could have evicted); what held the volume while it was below the floor (mean MiB
   over those samples: free space, outside bursts, cache entries in use and unused, killed
@@ -363,6 +364,10 @@ class Harness:
     #: whose goal is under the floor, by name, while written and held.
     below_floor_outside_s: float = 0.0
     aiming_below: set[str] = field(default_factory=set)
+    #: ... of those, while an outside writer wrote until ENOSPC (the disk to its last byte),
+    #: by name, while written and held: no eviction or stop lifts a volume such a writer fills.
+    below_floor_full_s: float = 0.0
+    aiming_full: set[str] = field(default_factory=set)
     #: What held the volume while it was below the floor, summed over those samples (MiB x
     #: samples): free space, outside bursts, cache entries in use, cache entries nothing used,
     #: killed workers' job folders not yet removed, other job folders (live, or not ours).
@@ -411,6 +416,8 @@ class Harness:
             if below:
                 with self.lock:
                     self.aiming_below.add(path.name)
+                    if want == free:
+                        self.aiming_full.add(path.name)
             try:
                 with open(path, "wb") as f:
                     left = want
@@ -426,6 +433,7 @@ class Harness:
             path.unlink(missing_ok=True)
             with self.lock:
                 self.aiming_below.discard(path.name)
+                self.aiming_full.discard(path.name)
 
     def sampler(self) -> None:
         """Free space, and the utilization of capacity minus floor while a call waits."""
@@ -443,9 +451,11 @@ class Harness:
             if below:
                 self.below_floor_s += 0.25
                 with self.lock:
-                    outside_below = bool(self.aiming_below)
+                    outside_below, outside_full = bool(self.aiming_below), bool(self.aiming_full)
                 if outside_below:
                     self.below_floor_outside_s += 0.25
+                if outside_full:
+                    self.below_floor_full_s += 0.25
             try:
                 with jan.ledger.read() as tx:
                     used = {os.path.basename(p.path).split(".")[0] for p in tx.pins.live()}
@@ -704,6 +714,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "below_floor_s": h.below_floor_s,
             "below_floor_unused_s": h.below_floor_unused_s,
             "below_floor_outside_s": h.below_floor_outside_s,
+            "below_floor_full_s": h.below_floor_full_s,
             "below_held": h.below_held,
             "cache_over": h.cache_over,
             "waits": guard_log_waits(work / "log" / "guard.log"),
@@ -832,6 +843,11 @@ def build_rows(r: dict[str, Any], args: argparse.Namespace) -> list[Row]:
         Row(
             "  of those, while an outside writer aimed below it",
             f"{r.get('below_floor_outside_s', 0.0):.1f} s",
+        ),
+        Row(
+            "    of those, while one wrote until ENOSPC",
+            f"{r.get('below_floor_full_s', 0.0):.1f} s "
+            f"({100 * r.get('below_floor_full_s', 0.0) / r['elapsed']:.1f} %)",
         ),
         Row(
             "  the rest (admitted writes, the janitor's reaction)",
