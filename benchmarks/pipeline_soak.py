@@ -5,16 +5,17 @@ A simulated batchalign3 server whose worker processes make exactly batchalign3's
 through the installed guard (``janitor shim install``; ffmpeg found on
 ``PATH``, the worker is ffmpeg's parent, as the server is), several files at once:
 
-1. inputs that need converting (``.m4a``) get the media-cache WAV: an exclusive ``flock`` on
+1. for ``--asr-frac`` of the files, first a whole-file ``asr_v2`` PCM of the original media
+   in a ``.tmpXXXXXX`` folder of its own (``ffmpeg -y -i SRC -f f32le -acodec pcm_f32le -ar
+   16000 -ac 1 ...pcm``), removed once "ASR" is done;
+2. inputs that need converting (``.m4a``) get the media-cache WAV: an exclusive ``flock`` on
    ``{fp}.wav.lock``, a re-check, ``ffmpeg -y -i SRC -acodec pcm_s16le -ar 16000 -ac 1
    CACHE/{fp}.tmp.wav``, unlock, rename; ``.wav`` inputs are read in place; a cache hit is a
    ``stat`` and nothing else;
-2. for ``--asr-frac`` of the files, a whole-file ``asr_v2`` PCM in a ``.tmpXXXXXX`` folder of
-   its own (``ffmpeg -y -i SRC -f f32le -acodec pcm_f32le -ar 16000 -ac 1 ...pcm``), removed
-   once "ASR" is done;
-3. forced alignment, as ``process_one_fa_file`` does it: ``ffprobe -v quiet -show_entries
-   format=duration -of default=noprint_wrappers=1:nokey=1 WAV`` by bare name from ``PATH`` (a
-   failed probe is no error: batchalign3 goes on without the duration), then "UTR" for a random
+3. forced alignment, as ``process_one_fa_file`` does it right after ``ensure_wav`` (2):
+   ``ffprobe -v quiet -show_entries format=duration -of default=noprint_wrappers=1:nokey=1
+   WAV`` by bare name from ``PATH`` (a failed probe is no error: batchalign3 goes on without
+   the duration), then "UTR" for a random
    time up to ``--utr-max-s`` (minutes: Rev.AI or Whisper), then a new ``.tmpXXXXXX``: per 15 s
    group its JSON payload, its cut (``ffmpeg -y -ss S -to E -i WAV -f f32le ...
    fa_v2/audio/fa-v2-audio-{ns}-{g}.pcm``) and ``--compute-s`` of "inference"; a group falls
@@ -226,11 +227,8 @@ class Worker:
 
     def one(self, src: dict[str, Any], rec: dict[str, Any]) -> None:
         cfg = self.cfg
-        self.state(phase="convert")
-        wav = cached_wav(src["path"], self.cache)
-        ino = os.stat(wav).st_ino
-        rec["cached"] = wav.startswith(self.cache)
         if self.rng.random() < cfg["asr_frac"]:
+            # ASR reads the original media (its own stage, before the file's alignment).
             job = tempfile.mkdtemp(prefix=".tmp", dir=self.tmp)
             try:
                 audio = os.path.join(job, "asr_v2", "audio")
@@ -240,7 +238,12 @@ class Worker:
                 time.sleep(cfg["compute_s"] * 2)
             finally:
                 shutil.rmtree(job, ignore_errors=True)
-        # process_one_fa_file: the probe (a failure is no error), then UTR, then the cuts.
+        # process_one_fa_file: ensure_wav (a cache hit is a stat), the WAV's identity (a stat),
+        # the probe at once (a failure is no error), then UTR, then the cuts.
+        self.state(phase="convert")
+        wav = cached_wav(src["path"], self.cache)
+        ino = os.stat(wav).st_ino
+        rec["cached"] = wav.startswith(self.cache)
         self.state(phase="probe")
         probed = subprocess.run(["ffprobe", *PROBE_ARGS, wav], capture_output=True, text=True)
         rec["probe"] = probed.returncode
