@@ -19,7 +19,8 @@ For each media file, one after the other (or ``--concurrency`` at once, as the s
    (``ffmpeg -y -i SRC -f f32le -acodec pcm_f32le -ar 16000 -ac 1
    .tmpXXXXXX/asr_v2/audio/{id}.pcm``). ``--recut G`` cuts group G a second time, the same
    window into ``fa-v2-audio-fallback-{G}.pcm`` (batchalign3's Whisper fallback for a group
-   Wave2Vec could not align: a new namespace, the same folder).
+   Wave2Vec could not align: a new namespace, the same folder); with ``--recut-while F``, only
+   once file F is gone (a test's gate: it takes the room first).
 4. The folder is removed when the file is done, or when a write fails (the Rust object is
    dropped); a SIGKILL leaves it behind, as it leaves the pipeline's.
 
@@ -48,6 +49,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 FORCED_CONVERSION = (".mp4", ".m4a", ".webm", ".wma")
 PCM_ARGS = ["-f", "f32le", "-acodec", "pcm_f32le", "-ar", "16000", "-ac", "1"]
+#: How often a gate file (``--recut-while``, ``--hold-while``) is looked at.
+GATE_POLL_S = 0.02
 _report_lock = threading.Lock()
 
 
@@ -167,7 +170,7 @@ def align(src: str, args: argparse.Namespace) -> None:
             report(args.report, pcm)
             if g in (args.recut or ()):
                 while args.recut_while and os.path.exists(args.recut_while):
-                    time.sleep(0.02)
+                    time.sleep(GATE_POLL_S)
                 again = os.path.join(audio, f"fa-v2-audio-fallback-{g}.pcm")
                 ffmpeg("-y", "-ss", f"{start:.3f}", "-to", f"{end:.3f}", "-i", wav, *PCM_ARGS,
                        again)  # fmt: skip
@@ -184,7 +187,7 @@ def align(src: str, args: argparse.Namespace) -> None:
         if args.hold_s:
             time.sleep(args.hold_s)
         while args.hold_while and os.path.exists(args.hold_while):
-            time.sleep(0.02)
+            time.sleep(GATE_POLL_S)
     finally:
         if not args.job_dir:
             shutil.rmtree(job, ignore_errors=True)

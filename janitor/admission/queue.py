@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from janitor.config.policy import Policy
     from janitor.ledger.tx import Tx
 
-__all__ = ["Coming", "came_back", "held_for_head", "will_come"]
+__all__ = ["Coming", "came_back", "had_room", "held_for_head", "will_come"]
 
 #: How long a cache's measured size is reused: every admission on a volume where a call waits
 #: asks it, under the ledger's writer lock, and a cache holds thousands of entries.
@@ -89,6 +89,13 @@ def came_back(tx: Tx, device: int, free_now: int, *, window_s: float) -> int:
     return max(0, min(rise, max(frees, default=0) - free_now))
 
 
+def had_room(tx: Tx, device: int, need: int, floor: int, *, since: float) -> bool:
+    """Whether the daemon's readings of volume ``device`` since ``since`` (a time) show it with
+    ``need`` bytes free above ``floor``: a volume seen with the room lately is not one that can
+    never have it, whatever an outside writer's burst holds now. None sampled since: False."""
+    return any(free - floor >= need for _, free in tx.samples.series(device, since))
+
+
 def will_come(
     tx: Tx,
     policy: Policy,
@@ -96,16 +103,20 @@ def will_come(
     *,
     before: float | None = None,
     kept: frozenset[str] = frozenset(),
+    mine: frozenset[str] = frozenset(),
 ) -> Coming:
     """What the work on volume ``device`` gives back (see the module's docstring). ``before``:
     only reservations made by then count (the work that ran when a waiter began to wait).
     ``kept``: files the asker keeps for itself (its job's pinned sources): they never come
-    back to it."""
+    back to it. ``mine``: the asker's own jobs (ids), whose working sets cannot end while it
+    waits (a group cut again waits inside its job)."""
     from janitor.config.policy import trees_by_device
 
     back = 0
     for r in live_reservations(tx, device=device):
         if before is not None and r.created > before:
+            continue
+        if r.job_id is not None and r.job_id in mine:
             continue
         # A job's working set comes back whole (its folder goes with the job); any other
         # write keeps what it wrote (a conversion into a cache is counted with the cache).

@@ -227,6 +227,7 @@ def _hopeless(jan: Janitor, entry: CacheEntry, tmpdir: str) -> str | None:
     or None. Cheap unless it is tight: the volume's capacity is worked out (a walk of its
     caches and job folders) only when the need passes what is free above the floor now."""
     from janitor.admission.jobs import capacity
+    from janitor.admission.queue import had_room
     from janitor.admission.volume import Volume, read_volume
 
     need = fa_need(jan, entry.path, tmpdir)
@@ -238,12 +239,18 @@ def _hopeless(jan: Janitor, entry: CacheEntry, tmpdir: str) -> str | None:
         return None
     vol = Volume.at(jan.policy, tree.path)
     window = jan.settings.forecast_window_s
+    try:
+        written = os.stat(entry.path).st_mtime
+    except OSError:
+        return None  # gone: ffprobe says so
     with jan.ledger.read() as tx:
         # Files outside every tree count as never freed, and an outside writer's burst is
         # such a file for a few seconds: a volume the daemon saw with the room within the
         # window is not one that can never have it (its first cut decides, as any other).
-        seen = tx.samples.series(vol.device, time.time() - window)
-        if any(free - vol.floor >= need.bytes for _, free in seen):
+        # Only readings since the WAV was written: before, its own bytes were free space.
+        if had_room(
+            tx, vol.device, need.bytes, vol.floor, since=max(time.time() - window, written)
+        ):
             return None
         cap = capacity(tx, jan.policy, vol, kept=frozenset((entry.path,)))
     if need.bytes <= cap.most:

@@ -53,10 +53,11 @@ def cannot_wait(
     call's wait bound counts for both (:func:`~janitor.admission.queue.came_back`): it came
     and went, so it may come again while the call waits.
 
-    What the call lacks is read with what will come, not taken from ``refused``: a job that
-    ended since that refusal gave its bytes back to free space, and its reservation is no
-    longer among what will come; counted from the refusal's numbers, those bytes would be
-    nowhere, and a call that now fits would be refused as one that waiting cannot help."""
+    Its numbers are read afresh, not taken from ``refused``: a job that ended since that
+    refusal gave its bytes back to free space, and its reservation is no longer among what
+    will come; counted from the refusal's numbers, those bytes would be nowhere, and a call
+    that now fits would be refused as one that waiting cannot help. The call's own jobs give
+    it nothing while it waits (a group cut again waits inside its job)."""
     from janitor.admission.jobs import capacity
     from janitor.admission.queue import came_back, will_come
     from janitor.admission.reserve import live_reservations, read_volume
@@ -64,22 +65,32 @@ def cannot_wait(
 
     tree = tree_named(jan, prep, refused.tree)
     vol = Volume.at(jan.policy, tree.path)
+    mine = frozenset(prep.jobs.values())
     with jan.ledger.read() as tx:
-        own = [tx.jobs.get(j) for j in set(prep.jobs.values())]
+        own = [tx.jobs.get(j) for j in mine]
         kept = frozenset(s.source for j in own if j is not None for s in j.sources if s.pin)
-        cap = capacity(tx, jan.policy, vol, kept=kept)
-        swing = came_back(tx, device, refused.free, window_s=prep.request.wait_s)
-        if need > cap.most + swing:
-            whole = replace(_numbers(refused), requested=need, queued=0)
-            return NeverFits(whole, output=refused.output, capacity=cap.total, held=cap.held)
-        coming = will_come(tx, jan.policy, device, kept=kept).total + swing
-        # Summed after what will come and before free space is read: a job that ends between
-        # the reads is counted twice (the call waits), never nowhere (refused for nothing).
+        # What will come, then free space, then what is reserved: whatever a job does between
+        # the reads errs towards waiting. One that ends is counted at least once (as coming,
+        # or in free space); what one writes after free space is read is no longer
+        # outstanding either, so it is counted against the call nowhere, never twice.
+        back = will_come(tx, jan.policy, device, kept=kept, mine=mine).total
+        now = read_volume(jan.policy, tree)
+        if now.device != device:
+            return None  # the tree's volume changed meanwhile: the next try decides there
         reserved = sum(r.outstanding for r in live_reservations(tx, device=device))
-    free = read_volume(jan.policy, tree).free
-    now = replace(_numbers(refused), requested=need, queued=0, free=free, reserved=reserved)
-    if need - max(0, free - now.floor - reserved) > coming:
-        return WaitWontHelp(now, output=refused.output, waited_s=refused.waited_s, coming=coming)
+        cap = capacity(tx, jan.policy, vol, kept=kept)
+        swing = came_back(tx, device, now.free, window_s=prep.request.wait_s)
+    numbers = replace(
+        _numbers(refused), requested=need, queued=0, free=now.free, floor=now.floor,
+        reserved=reserved,
+    )  # fmt: skip
+    if need > cap.most + swing:
+        return NeverFits(numbers, output=refused.output, capacity=cap.total, held=cap.held)
+    coming = back + swing
+    if need - max(0, now.free - now.floor - reserved) > coming:
+        return WaitWontHelp(
+            numbers, output=refused.output, waited_s=refused.waited_s, coming=coming
+        )
     return None
 
 

@@ -60,6 +60,17 @@ def entry(s: Site, seconds: float, name: str = "a1") -> Path:
     return make_wav(s.cache / f"{name:0>24}.wav", seconds)
 
 
+def sampled(s: Site) -> int:
+    """How many free-space readings the daemon has recorded."""
+    with sqlite3.connect(f"file:{s.setup.ledger}?mode=ro", uri=True) as db:
+        return int(db.execute("SELECT count(*) FROM samples").fetchone()[0])
+
+
+def readings_after(s: Site, seen: int) -> None:
+    """Wait until the daemon has recorded two readings more than ``seen`` (one whole after)."""
+    eventually(lambda: sampled(s) > seen + 1, timeout=30, what="a reading")
+
+
 def awaiting(s: Site) -> list[dict[str, Any]]:
     marks: list[dict[str, Any]] = s.status()["awaiting"]
     return marks
@@ -433,15 +444,18 @@ def test_a_probe_of_a_wav_whose_alignment_could_never_fit_refuses(tmp_path: Path
     is aligned): its cuts (400 s x 64,000 B/s, 24.4 MiB) could never fit beside it, so the
     guarded ffprobe of it, with the prober's TMPDIR on that volume, refuses at once: exit 75,
     one ``space-janitor:`` line, nothing on stdout, nothing reserved. The same probe with
-    TMPDIR on a volume with room is answered as ffprobe answers."""
-    with site(tmp_path, size="48m", floor="16MiB", quota="1GiB") as s:
+    TMPDIR on a volume with room is answered as ffprobe answers. The daemon saw the volume
+    with the room before the WAV was converted (its bytes were free then), as it sees it
+    before every conversion that a probe follows: that is no room the cuts could have."""
+    with site(tmp_path, size="48m", floor="16MiB", quota="1GiB") as s, running_daemon(s.setup):
+        seen = sampled(s)
+        eventually(lambda: sampled(s) > seen, timeout=30, what="a reading with room")
         wav = entry(s, 400)
-        with running_daemon(s.setup):
-            with prober(s, wav, tmpdir=s.tmp):
-                code, out, err = probe_result(s, wav)
-                status = s.status()
-            with prober(s, wav, tmpdir=s.setup.root / "home" / "tmp"):
-                fine = probe_result(s, wav)
+        with prober(s, wav, tmpdir=s.tmp):
+            code, out, err = probe_result(s, wav)
+            status = s.status()
+        with prober(s, wav, tmpdir=s.setup.root / "home" / "tmp"):
+            fine = probe_result(s, wav)
     assert code == 75 and out == "", (code, out, err)
     (line,) = err.splitlines()
     assert line.startswith("space-janitor: refused to probe") and "never" in line, line
@@ -460,14 +474,9 @@ def test_a_probe_during_an_outside_burst_is_not_refused_as_never_fitting(tmp_pat
     hold them".) A volume that never had the room in the daemon's samples is still refused:
     the test above, whose daemon samples too."""
     with site(tmp_path, size="64m", floor="16MiB", quota="1GiB") as s, running_daemon(s.setup):
-
-        def sampled() -> int:
-            with sqlite3.connect(f"file:{s.setup.ledger}?mode=ro", uri=True) as db:
-                return int(db.execute("SELECT count(*) FROM samples").fetchone()[0])
-
         wav = entry(s, 200)
-        seen = sampled()
-        eventually(lambda: sampled() > seen, timeout=30, what="a reading with room")
+        seen = sampled(s)
+        eventually(lambda: sampled(s) > seen, timeout=30, what="a reading with room")
         burst = s.setup.mount / "burst.bin"  # on the volume, in no tree
         # Held open meanwhile, as in use: the burst puts the volume under pressure, and the
         # pressure pass would otherwise evict the WAV, which nothing covers before its probe.
@@ -527,7 +536,7 @@ def test_whether_waiting_can_help_is_judged_on_the_volume_as_it_is_not_as_it_was
     A job's first cut met this in CI, under load, when the job ahead of it ended.)"""
     from janitor.core import Janitor
     from janitor.guarding.grant import grant
-    from janitor.guarding.prepare import prepare
+    from janitor.guarding.prepare import Prepared, prepare
     from janitor.guarding.queue import Queued, cannot_wait
     from janitor.guarding.request import CallRequest, PlannedWrite
 
@@ -539,7 +548,7 @@ def test_whether_waiting_can_help_is_judged_on_the_volume_as_it_is_not_as_it_was
             fill_file(s.setup.mount / "other" / "data.bin",
                       free_of(s.setup.mount) - 8 * MiB - 32 * MiB)  # fmt: skip
 
-            def cut(i: int, nbytes: int, wait_s: float = 0.0) -> Any:
+            def cut(i: int, nbytes: int, wait_s: float = 0.0) -> Prepared:
                 out = s.tmp / f".tmp{i}" / "fa_v2" / "audio" / "g.pcm"
                 out.parent.mkdir(parents=True, exist_ok=True)
                 write = PlannedWrite(str(out), 1024, str(s.cache / f"{i}.wav"), nbytes)
@@ -564,6 +573,50 @@ def test_whether_waiting_can_help_is_judged_on_the_volume_as_it_is_not_as_it_was
     assert verdict is None, str(verdict)
 
 
+def test_a_group_cut_again_does_not_wait_for_its_own_jobs_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Job J (a 20 MiB working set) cuts a window, then cuts it again (growth, 5 MiB) on a
+    volume an outside writer has filled to its floor, with no other job running and no cache to
+    evict: only J's own working set would give space back, and J cannot end while its own cut
+    waits. So the cut is refused at once ("waiting would not make it fit"). (Before, J's
+    working set counted as space that would come, and the cut waited its whole bound for it.)"""
+    from janitor.core import Janitor
+    from janitor.errors import WaitWontHelp
+    from janitor.guarding.close import close_writes
+    from janitor.guarding.grant import grant
+    from janitor.guarding.prepare import prepare
+    from janitor.guarding.request import CallRequest, PlannedWrite
+    from janitor.guarding.wait import open_writes
+
+    with site(tmp_path, size="64m", floor="8MiB") as s:
+        s.setup.apply_env(monkeypatch)
+        jan = Janitor.from_settings()
+        sleeper = subprocess.Popen(["sleep", "300"])
+        try:
+            audio = s.tmp / ".tmpJ" / "fa_v2" / "audio"
+            audio.mkdir(parents=True)
+
+            def cut(name: str) -> CallRequest:
+                write = PlannedWrite(str(audio / name), 5 * MiB, str(s.cache / "j.wav"),
+                                     20 * MiB, 0, 20_000_000)  # fmt: skip
+                return CallRequest((write,), (), sleeper.pid, sleeper.pid, wait_s=60)
+
+            first = open_writes(jan, cut("fa-v2-audio-1-0.pcm"))
+            fill_file(audio / "fa-v2-audio-1-0.pcm", 5 * MiB)
+            close_writes(jan, first.own, first.pins)
+            # An outside writer takes every byte above the floor but J's outstanding 15 MiB.
+            fill_file(s.setup.mount / "other" / "data.bin",
+                      free_of(s.setup.mount) - 8 * MiB - 15 * MiB)  # fmt: skip
+            with pytest.raises(WaitWontHelp) as refused:
+                grant(jan, prepare(jan, cut("fa-v2-audio-2-0.pcm")))  # the same window again
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+            jan.ledger.close()
+    assert refused.value.coming == 0, refused.value.as_dict()
+
+
 @pytest.mark.usefixtures("front_end")
 def test_a_first_cut_waits_for_space_an_outside_writer_took_moments_ago(
     tmp_path: Path, m4a: Callable[[float], Path]
@@ -576,21 +629,16 @@ def test_a_first_cut_waits_for_space_an_outside_writer_took_moments_ago(
     first cut refused at once: no rise, nothing to wait for.)"""
     report = tmp_path / "report.jsonl"
     with site(tmp_path, size="64m", floor="8MiB") as s, running_daemon(s.setup):
-
-        def sampled() -> int:
-            with sqlite3.connect(f"file:{s.setup.ledger}?mode=ro", uri=True) as db:
-                return int(db.execute("SELECT count(*) FROM samples").fetchone()[0])
-
-        eventually(lambda: sampled() > 0, timeout=30, what="the daemon's first reading")
+        eventually(lambda: sampled(s) > 0, timeout=30, what="the daemon's first reading")
         burst = s.setup.mount / "burst.bin"  # on the volume, in no tree
         # A writer that comes and goes: a burst the daemon sees taken, then given back...
         for _ in range(2):
-            seen = sampled()
+            seen = sampled(s)
             fill_file(burst, max(0, free_of(s.tmp) - 8 * MiB - 512 * 1024))
-            eventually(lambda n=seen: sampled() > n + 1, timeout=30, what="a reading")
+            readings_after(s, seen)
             burst.unlink()
-            seen = sampled()
-            eventually(lambda n=seen: sampled() > n + 1, timeout=30, what="a reading")
+            seen = sampled(s)
+            readings_after(s, seen)
         # ... then taken again just before the job's first cut
         fill_file(burst, max(0, free_of(s.tmp) - 8 * MiB - 512 * 1024))
         gone = threading.Timer(4.0, lambda: burst.unlink(missing_ok=True))
@@ -746,12 +794,14 @@ def test_a_group_cut_again_without_room_waits_for_space_that_will_come(
         a = s.start("--groups", "3", "--group-s", "20", "--recut", "1", "--pause-s", "2",
                     "--recut-while", gate, "--report", report, m4a(60),
                     JANITOR_GUARD_WAIT_S="60")  # fmt: skip
-        eventually(lambda: len(cuts_of(report)) >= 1, timeout=60, what="A's first cut")
-        check = json.loads(s.cli("check", "cache", "1", "--json").stdout)
-        holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(8)"])
-        taken = s.cli("reserve", "cache", str(check["available"]), "--owner-pid",
-                      str(holder.pid), "--json")  # fmt: skip
-        gate.unlink()
+        try:
+            eventually(lambda: len(cuts_of(report)) >= 1, timeout=60, what="A's first cut")
+            check = json.loads(s.cli("check", "cache", "1", "--json").stdout)
+            holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(8)"])
+            taken = s.cli("reserve", "cache", str(check["available"]), "--owner-pid",
+                          str(holder.pid), "--json")  # fmt: skip
+        finally:
+            gate.unlink()
         assert taken.returncode == 0, taken.stderr
         code, _, err = finish(a)
         holder.wait()
