@@ -14,8 +14,9 @@ only then cuts the WAV group by group into a job folder under its ``TMPDIR``. A 
   mono 16 kHz PCM, worked out by the one estimator from the WAV's header) need more than the
   volume of the prober's ``TMPDIR`` could ever give (its capacity less its floor and what no
   eviction or job end frees; the WAV itself stays), and had no such room in any of the
-  daemon's samples of that volume within ``forecast_window_s`` (an outside writer's burst
-  holds the disk for seconds: it does not make a volume one that can never hold them). It
+  daemon's samples of that volume within ``forecast_window_s`` since the WAV was written (an
+  outside writer's burst holds the disk for seconds: it does not make a volume one that can
+  never hold them; before the WAV, its own bytes were free space). It
   reserves nothing: what may fit is admitted at the first cut, as ever.
 
 Every other call, and every call that is not refused, runs the real ffprobe at once: the same
