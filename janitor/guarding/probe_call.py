@@ -16,8 +16,8 @@ only then cuts the WAV group by group into a job folder under its ``TMPDIR``. A 
   eviction or job end frees; the WAV itself stays), and had no such room in any of the
   daemon's samples of that volume within ``forecast_window_s`` since the WAV was written (an
   outside writer's burst holds the disk for seconds: it does not make a volume one that can
-  never hold them; before the WAV, its own bytes were free space). It
-  reserves nothing: what may fit is admitted at the first cut, as ever.
+  never hold them; before the WAV, its own bytes were free space). It reserves nothing: what
+  may fit is admitted at the first cut, as ever.
 
 Every other call, and every call that is not refused, runs the real ffprobe at once: the same
 arguments, stdin, stdout, stderr and exit code (the front end ``exec``\\ s it). The verdict is
