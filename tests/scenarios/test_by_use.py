@@ -66,9 +66,10 @@ def sampled(s: Site) -> int:
         return int(db.execute("SELECT count(*) FROM samples").fetchone()[0])
 
 
-def readings_after(s: Site, seen: int) -> None:
-    """Wait until the daemon has recorded two readings more than ``seen`` (one whole after)."""
-    eventually(lambda: sampled(s) > seen + 1, timeout=30, what="a reading")
+def readings_after(s: Site, seen: int, more: int = 1) -> None:
+    """Wait until the daemon has recorded ``more`` readings after the ``seen`` it had (two:
+    one begun and ended after)."""
+    eventually(lambda: sampled(s) >= seen + more, timeout=30, what="a reading")
 
 
 def awaiting(s: Site) -> list[dict[str, Any]]:
@@ -448,8 +449,7 @@ def test_a_probe_of_a_wav_whose_alignment_could_never_fit_refuses(tmp_path: Path
     with the room before the WAV was converted (its bytes were free then), as it sees it
     before every conversion that a probe follows: that is no room the cuts could have."""
     with site(tmp_path, size="48m", floor="16MiB", quota="1GiB") as s, running_daemon(s.setup):
-        seen = sampled(s)
-        eventually(lambda: sampled(s) > seen, timeout=30, what="a reading with room")
+        readings_after(s, sampled(s))  # one with room
         wav = entry(s, 400)
         with prober(s, wav, tmpdir=s.tmp):
             code, out, err = probe_result(s, wav)
@@ -475,8 +475,7 @@ def test_a_probe_during_an_outside_burst_is_not_refused_as_never_fitting(tmp_pat
     the test above, whose daemon samples too."""
     with site(tmp_path, size="64m", floor="16MiB", quota="1GiB") as s, running_daemon(s.setup):
         wav = entry(s, 200)
-        seen = sampled(s)
-        eventually(lambda: sampled(s) > seen, timeout=30, what="a reading with room")
+        readings_after(s, sampled(s))  # one with room
         burst = s.setup.mount / "burst.bin"  # on the volume, in no tree
         # Held open meanwhile, as in use: the burst puts the volume under pressure, and the
         # pressure pass would otherwise evict the WAV, which nothing covers before its probe.
@@ -635,10 +634,10 @@ def test_a_first_cut_waits_for_space_an_outside_writer_took_moments_ago(
         for _ in range(2):
             seen = sampled(s)
             fill_file(burst, max(0, free_of(s.tmp) - 8 * MiB - 512 * 1024))
-            readings_after(s, seen)
+            readings_after(s, seen, 2)
             burst.unlink()
             seen = sampled(s)
-            readings_after(s, seen)
+            readings_after(s, seen, 2)
         # ... then taken again just before the job's first cut
         fill_file(burst, max(0, free_of(s.tmp) - 8 * MiB - 512 * 1024))
         gone = threading.Timer(4.0, lambda: burst.unlink(missing_ok=True))
